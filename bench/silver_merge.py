@@ -1,0 +1,158 @@
+"""Benchmark: cost of one micro-batch's MERGE into silver/orders as the table grows.
+
+Usage:
+    .venv/bin/python bench/silver_merge.py [--sizes 1000000 10000000] [--batch 10000]
+
+For each table size it writes silver/orders with that many orders (the job's own schema and
+table properties, files in order_id order as appends leave them), then MERGEs micro-batches of a
+fixed size (half updates of recent orders, half new orders) exactly as the silver job does:
+`latest_versions` + the newer-version rule + the key condition bounded by the batch's key range.
+It also times the same MERGE without the range bound, to show what the bound buys. Prints the
+median seconds per batch and the ratio between the largest and the smallest table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.config import StorageConf, load_config
+from pipelines.silver import ensure_silver_tables, silver_tables
+from pipelines.spark import build_spark
+from silver.orders import (
+    ORDER_COLUMNS,
+    latest_versions,
+    newer_version_condition,
+    order_key_condition,
+)
+
+ROWS_PER_FILE = 1_000_000
+
+
+def order_id(col):
+    return F.format_string("o-%012d", col)
+
+
+def seed_orders(spark: SparkSession, path: str, rows: int) -> None:
+    """`rows` orders, ids o-000000000000.., files of ROWS_PER_FILE in id order."""
+    (
+        spark.range(0, rows, numPartitions=max(1, rows // ROWS_PER_FILE))
+        .select(
+            order_id(F.col("id")).alias("order_id"),
+            F.format_string("e-%012d-1", F.col("id")).alias("event_id"),
+            F.lit(1).cast("bigint").alias("seq"),
+            F.lit("created").alias("status"),
+            F.format_string("c-%05d", F.col("id") % 3000).alias("customer_id"),
+            F.format_string("p-%04d", F.col("id") % 300).alias("product_id"),
+            (F.col("id") % 5 + 1).alias("quantity"),
+            ((F.col("id") % 50000) / 100).cast("decimal(12,2)").alias("unit_price"),
+            F.lit("EUR").alias("currency"),
+            (F.lit(datetime(2026, 11, 22, 10, 0)) + F.make_interval(secs=F.col("id") % 86400)).alias(
+                "updated_at"
+            ),
+        )
+        .select(*ORDER_COLUMNS)
+        .write.format("delta")
+        .mode("append")
+        .save(path)
+    )
+
+
+def batch_events(spark: SparkSession, table_rows: int, batch: int, n: int):
+    """Events of one micro-batch: half move recent orders to seq 2, half create new orders."""
+    half = batch // 2
+    updates = spark.range(table_rows - (n + 1) * half, table_rows - n * half).select(
+        F.col("id"), F.lit(2).alias("seq"), F.lit("paid").alias("event_type")
+    )
+    inserts = spark.range(table_rows + n * half, table_rows + (n + 1) * half).select(
+        F.col("id"), F.lit(1).alias("seq"), F.lit("created").alias("event_type")
+    )
+    return updates.unionByName(inserts).select(
+        F.format_string("e-%012d-%d", F.col("id"), F.col("seq")).alias("event_id"),
+        order_id(F.col("id")).alias("order_id"),
+        F.col("seq").cast("bigint"),
+        F.col("event_type"),
+        F.lit("c-00001").alias("customer_id"),
+        F.lit("p-0001").alias("product_id"),
+        F.lit(2).cast("bigint").alias("quantity"),
+        F.lit("9.99").cast("decimal(12,2)").alias("unit_price"),
+        F.lit("EUR").alias("currency"),
+        F.lit(datetime(2026, 11, 23, 10, 0)).alias("event_time"),
+    )
+
+
+def merge_batch(spark: SparkSession, path: str, events, bounded: bool) -> float:
+    latest = latest_versions(events).persist()
+    latest.count()
+    lo, hi = latest.agg(F.min("order_id"), F.max("order_id")).first()
+    condition = order_key_condition(lo, hi) if bounded else order_key_condition()
+    started = time.monotonic()
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(latest.alias("s"), condition)
+        .whenMatchedUpdateAll(condition=newer_version_condition("t", "s"))
+        .whenNotMatchedInsertAll()
+        .execute()
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    latest.unpersist()
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--batches", type=int, default=4, help="timed batches per size and mode")
+    args = parser.parse_args()
+
+    base = load_config("local")
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-merge-bench-"))
+    spark = build_spark(base.with_overrides(storage=StorageConf(root=str(root))), "bench-merge")
+    results: dict[str, dict] = {}
+    for size in args.sizes:
+        conf = base.with_overrides(storage=StorageConf(root=str(root / f"n{size}")))
+        tables = silver_tables(conf, conf.stream("orders"))
+        ensure_silver_tables(spark, tables)
+        t0 = time.monotonic()
+        seed_orders(spark, tables.state, size)
+        print(f"silver/orders with {size:,} rows written in {time.monotonic() - t0:.1f}s")
+        n = 0
+        figures = {}
+        for mode in ("bounded", "unbounded"):
+            merge_batch(spark, tables.state, batch_events(spark, size, args.batch, n), True)  # warm-up
+            n += 1
+            times = []
+            for _ in range(args.batches):
+                times.append(merge_batch(spark, tables.state,
+                                         batch_events(spark, size, args.batch, n), mode == "bounded"))  # fmt: skip
+                n += 1
+            figures[mode] = statistics.median(times)
+            print(f"  {mode:>9} key condition: {args.batch:,}-event batch MERGE, median "
+                  f"{figures[mode]:.2f}s over {len(times)} ({', '.join(f'{t:.2f}' for t in times)})")  # fmt: skip
+        rows = spark.read.format("delta").load(tables.state).count()
+        expected = size + n * (args.batch // 2)
+        assert rows == expected, f"{rows} rows, expected {expected}"
+        results[str(size)] = figures
+    small, large = str(min(args.sizes)), str(max(args.sizes))
+    summary = {mode: results[large][mode] / results[small][mode] for mode in ("bounded", "unbounded")}
+    print(f"ratio {int(large):,} / {int(small):,} rows: bounded {summary['bounded']:.2f}, "
+          f"unbounded {summary['unbounded']:.2f}")  # fmt: skip
+    out_dir = Path(__file__).parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    out = out_dir / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.write_text(json.dumps({"batch": args.batch, "seconds": results, "ratio": summary}, indent=2))
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()

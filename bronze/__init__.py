@@ -1,0 +1,1 @@
+"""Bronze layer: raw Kafka records as Delta rows, byte for byte."""

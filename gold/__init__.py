@@ -1,0 +1,1 @@
+"""Gold layer: windowed aggregations, dimension joins and data quality (see issue 4)."""

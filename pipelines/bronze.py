@@ -1,0 +1,306 @@
+"""The bronze job: Kafka to a Delta table of raw records, checkpointed and exactly once.
+
+Exactly once, however it stops:
+- each micro-batch is appended with Delta's idempotent-write identifiers (`txnAppId` = this
+  checkpoint's query id, `txnVersion` = batch id), so a batch re-run after a crash is skipped;
+- offsets are as recoverable as the data: with no checkpoint but a table, the ingest resumes right
+  after the offsets the table holds;
+- offsets that Kafka deleted before bronze read them (retention) stop the job with a message naming
+  topic, partition and range, or, with `bronze.on_data_loss: record`, are kept in `<table>_gaps`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from bronze.raw_records import (
+    RAW_SCHEMA,
+    OffsetGap,
+    find_retention_gaps,
+    resume_offsets_from_table,
+    to_raw_records,
+)
+from pipelines import checkpoints
+from pipelines.config import LakehouseConf, StreamConf
+from pipelines.kafka_io import redacted, spark_kafka_options, topic_watermarks
+from pipelines.runner import first_line, run_query
+
+log = logging.getLogger("lakehouse.bronze")
+
+GAPS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("from_offset", LongType(), False),
+        StructField("to_offset", LongType(), False),
+        StructField("missing_records", LongType(), False),
+        StructField("detected_at", TimestampType(), False),
+        StructField("detected_by", StringType(), False),
+    ]
+)
+
+
+class RetentionGapError(RuntimeError):
+    """Kafka deleted offsets that bronze never received."""
+
+    def __init__(self, gaps: list[OffsetGap], conf: LakehouseConf, table: str) -> None:
+        self.gaps = gaps
+        lines = "\n  ".join(g.describe() for g in gaps)
+        super().__init__(
+            f"bronze cannot continue without losing data:\n  {lines}\n"
+            f"To skip what is gone and record it in {table}_gaps, set bronze.on_data_loss: record "
+            f"in {conf.source} (or LAKEHOUSE__BRONZE__ON_DATA_LOSS=record)."
+        )
+
+
+class BronzeFailedError(RuntimeError):
+    """The bronze query stopped with an error; the message says which topic and why."""
+
+
+@dataclass(frozen=True)
+class BronzeTables:
+    raw: str
+    gaps: str
+    checkpoint: str
+    name: str
+
+
+def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
+    return BronzeTables(
+        raw=conf.table_path(stream.bronze_table),
+        gaps=conf.table_path(stream.bronze_table + "_gaps"),
+        checkpoint=conf.checkpoint_path(stream.bronze_table),
+        name=stream.bronze_table,
+    )
+
+
+def ensure_bronze_tables(spark: SparkSession, tables: BronzeTables) -> None:
+    """Create the raw and gaps tables if missing (idempotent)."""
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(tables.raw)
+        .addColumns(RAW_SCHEMA)
+        .property("delta.appendOnly", "true")
+        .execute()
+    )
+    DeltaTable.createIfNotExists(spark).location(tables.gaps).addColumns(GAPS_SCHEMA).execute()
+
+
+def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
+    """The greatest offset the table holds, per partition of `topic`."""
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .where(F.col("topic") == topic)
+        .groupBy("partition")
+        .agg(F.max("offset").alias("max_offset"))
+        .collect()
+    )
+    return {r["partition"]: r["max_offset"] for r in rows}
+
+
+def record_gaps(spark: SparkSession, gaps_path: str, gaps: list[OffsetGap], detected_by: str) -> None:
+    """Add gaps to the gaps table, once each (keyed by topic, partition and first offset)."""
+    if not gaps:
+        return
+    rows = [(g.topic, g.partition, g.from_offset, g.to_offset, g.missing) for g in gaps]
+    new = spark.createDataFrame(
+        rows, "topic string, partition int, from_offset long, to_offset long, missing_records long"
+    ).select(
+        "*", F.current_timestamp().alias("detected_at"), F.lit(detected_by).alias("detected_by")
+    )
+    (
+        DeltaTable.forPath(spark, gaps_path)
+        .alias("t")
+        .merge(
+            new.alias("s"),
+            "t.topic = s.topic AND t.partition = s.partition AND t.from_offset = s.from_offset",
+        )
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    for g in gaps:
+        log.warning("recorded in %s: %s", gaps_path, g.describe())
+        print(f"bronze: WARNING {g.describe()}; recorded in {gaps_path}", file=sys.stderr)
+
+
+class AppendRawRecords:
+    """foreachBatch sink: append a micro-batch to bronze exactly once.
+
+    Delta skips a (txnAppId, txnVersion) it has already committed, so a batch that Spark re-runs
+    after a crash between the table commit and the checkpoint commit changes nothing. The app id
+    is the checkpoint's query id: a new checkpoint numbers batches from 0 again under a new id.
+    """
+
+    def __init__(self, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables) -> None:
+        self.conf = conf
+        self.stream = stream
+        self.tables = tables
+        self.record_gaps = conf.bronze.on_data_loss == "record"
+        self._app_id: str | None = None
+
+    def app_id(self) -> str:
+        if self._app_id is None:
+            qid = checkpoints.query_id(self.tables.checkpoint)
+            if qid is None:
+                raise BronzeFailedError(f"no query id in checkpoint {self.tables.checkpoint}")
+            self._app_id = f"bronze:{self.tables.name}:{qid}"
+        return self._app_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        (
+            batch.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id())
+            .option("txnVersion", batch_id)
+            .save(self.tables.raw)
+        )
+        if self.record_gaps:
+            self._record_batch_gaps(batch.sparkSession, batch_id)
+
+    def _record_batch_gaps(self, spark: SparkSession, batch_id: int) -> None:
+        """Gaps inside this batch's offset range: Kafka deleted them before Spark read them."""
+        topic = self.stream.topic
+        start = checkpoints.batch_start_offsets(self.tables.checkpoint, batch_id, topic) or {}
+        end = checkpoints.batch_end_offsets(self.tables.checkpoint, batch_id, topic) or {}
+        low = {w.partition: w.low for w in topic_watermarks(self.conf, topic)}
+        gaps = []
+        for p, s in start.items():
+            e = end.get(p, s)
+            if s < 0 or low.get(p, 0) <= s or e <= s:
+                continue
+            first = (
+                spark.read.format("delta")
+                .load(self.tables.raw)
+                .where((F.col("topic") == topic) & (F.col("partition") == p))
+                .where((F.col("offset") >= s) & (F.col("offset") < e))
+                .agg(F.min("offset"))
+                .first()[0]
+            )
+            last_missing = (first - 1) if first is not None else min(low[p], e) - 1
+            if last_missing >= s:
+                gaps.append(OffsetGap(topic, p, s, last_missing))
+        record_gaps(spark, self.tables.gaps, gaps, f"batch {batch_id}")
+
+
+def start_bronze(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    stream_name: str = "orders",
+    *,
+    once: bool = False,
+) -> StreamingQuery:
+    """Check offsets against Kafka, then start the bronze query for one stream."""
+    stream = conf.stream(stream_name)
+    tables = bronze_tables(conf, stream)
+    topic = stream.topic
+    watermarks = topic_watermarks(conf, topic)  # names the broker if unreachable, the topic if missing
+    ensure_bronze_tables(spark, tables)
+
+    next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)
+    starting = "earliest"
+    if next_offsets is None:
+        in_table = table_max_offsets(spark, tables.raw, topic)
+        if in_table:
+            next_offsets = resume_offsets_from_table(in_table, [w.partition for w in watermarks])
+            starting = json.dumps({topic: {str(p): o for p, o in next_offsets.items()}})
+            print(
+                f"bronze: no offsets in checkpoint {tables.checkpoint}; resuming {topic} right "
+                f"after the offsets in {tables.raw}: {next_offsets}",
+                file=sys.stderr,
+            )
+    gaps = find_retention_gaps(
+        topic,
+        {p: o for p, o in (next_offsets or {}).items() if o >= 0},
+        {w.partition: w.low for w in watermarks},
+        {w.partition: w.high for w in watermarks},
+    )
+    if gaps:
+        if conf.bronze.on_data_loss == "fail":
+            raise RetentionGapError(gaps, conf, tables.name)
+        record_gaps(spark, tables.gaps, gaps, "start")
+
+    options = {
+        **spark_kafka_options(conf),
+        "subscribe": topic,
+        "startingOffsets": starting,
+        "includeHeaders": "true",
+        "failOnDataLoss": str(conf.bronze.on_data_loss == "fail").lower(),
+    }
+    if conf.bronze.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(conf.bronze.max_offsets_per_trigger)
+    log.info("bronze source options: %s", redacted(options))
+    trigger = {"availableNow": True} if once else {"processingTime": conf.bronze.trigger_interval}
+    return (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
+        .transform(to_raw_records)
+        .writeStream.queryName(f"bronze_{stream.bronze_table.split('/')[-1]}")
+        .foreachBatch(AppendRawRecords(conf, stream, tables))
+        .option("checkpointLocation", tables.checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def run_bronze(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    stream_name: str = "orders",
+    *,
+    once: bool = False,
+    progress: bool = True,
+) -> StreamingQuery:
+    """Run bronze until done (`once`) or until SIGINT/SIGTERM; failures become readable errors.
+
+    Returns the finished query, whose `recentProgress` tells what each batch did.
+    """
+    stream = conf.stream(stream_name)
+    tables = bronze_tables(conf, stream)
+    return run_query(
+        spark,
+        lambda: start_bronze(spark, conf, stream_name, once=once),
+        name="bronze",
+        progress=progress,
+        explain=lambda e: _explain_failure(e, conf, stream, tables),
+    )
+
+
+def _explain_failure(
+    e: StreamingQueryException, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables
+) -> Exception:
+    message = str(e)
+    lowered = message.lower()
+    if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
+        watermarks = topic_watermarks(conf, stream.topic)
+        resume = checkpoints.resume_offsets(tables.checkpoint, stream.topic) or {}
+        gaps = find_retention_gaps(
+            stream.topic,
+            {p: o for p, o in resume.items() if o >= 0},
+            {w.partition: w.low for w in watermarks},
+            {w.partition: w.high for w in watermarks},
+        )
+        if gaps:
+            return RetentionGapError(gaps, conf, tables.name)
+    return BronzeFailedError(
+        f"bronze ingest of topic {stream.topic!r} from {conf.kafka.bootstrap_servers} into "
+        f"{tables.raw} failed: {first_line(message)}"
+    )

@@ -1,0 +1,62 @@
+"""Delta writes that are safe to replay: idempotent transactions and conflict retries."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from pyspark.sql import SparkSession
+
+log = logging.getLogger("lakehouse.delta")
+T = TypeVar("T")
+
+# In Python these are siblings, not subclasses of DeltaConcurrentModificationException: list all.
+WRITE_CONFLICTS = (
+    DeltaConcurrentModificationException, ConcurrentAppendException, ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException, ConcurrentTransactionException, ConcurrentWriteException,
+    MetadataChangedException, ProtocolChangedException,
+)  # fmt: skip
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+@contextmanager
+def idempotent_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Tag the Delta writes (MERGE included) inside with (app_id, version); Delta skips a
+    version it already committed for that app id. The confs never outlive the block."""
+    spark.conf.set(TXN_APP_ID, app_id)
+    spark.conf.set(TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset(TXN_APP_ID)
+        spark.conf.unset(TXN_VERSION)
+
+
+def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
+    """Run a Delta write, retrying when a concurrent transaction made it conflict."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except WRITE_CONFLICTS as e:
+            if attempt == attempts:
+                raise
+            delay = 0.2 * 2**attempt
+            log.warning("%s: write conflict (%s), retry %d in %.1fs", what, type(e).__name__,
+                        attempt, delay)  # fmt: skip
+            time.sleep(delay)
+    raise AssertionError("unreachable")

@@ -1,0 +1,39 @@
+"""Known failures end a command with one readable line, never only a Java stack trace."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+EXIT_KNOWN_ERROR = 2
+
+
+def _known() -> tuple[type[BaseException], ...]:
+    from pipelines.bronze import BronzeFailedError, RetentionGapError
+    from pipelines.config import InvalidConfigError
+    from pipelines.jars import JarResolutionError
+    from pipelines.kafka_io import KafkaUnreachableError, TopicMissingError
+    from pipelines.kafka_local import LocalBrokerError
+    from pipelines.produce import ProduceError
+    from pipelines.silver import SilverFailedError
+
+    return (
+        BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
+        KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
+    )  # fmt: skip
+
+
+@contextmanager
+def exit_on_known_errors() -> Iterator[None]:
+    """Turn a known error into `error: <message>` on stderr and exit code 2."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:
+        if isinstance(e, _known()):
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(EXIT_KNOWN_ERROR)
+        raise

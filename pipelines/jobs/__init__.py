@@ -1,0 +1,1 @@
+"""Entry points for spark-submit, one per layer."""

@@ -1,0 +1,43 @@
+"""Bronze job: Kafka to `bronze/<table>`, exactly once.
+
+Usage:
+    lakehouse run bronze [--env local] [--stream orders] [--once]
+    spark-submit --jars "$(lakehouse jars)" pipelines/jobs/bronze.py --env local --once
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipelines.bronze import run_bronze
+from pipelines.config import load_config
+from pipelines.errors import exit_on_known_errors
+from pipelines.kafka_io import check_reachable
+from pipelines.spark import build_spark
+
+
+def parse_args(
+    argv: list[str] | None = None, prog: str = "bronze", description: str | None = None
+) -> argparse.Namespace:
+    """The options every layer's job takes."""
+    parser = argparse.ArgumentParser(prog=prog, description=description or __doc__.splitlines()[0])
+    parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
+    parser.add_argument("--stream", default="orders", help="stream name from the configuration")
+    parser.add_argument("--once", action="store_true", help="process what is available, then stop")
+    parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with exit_on_known_errors():
+        conf = load_config(args.env)
+        check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
+        spark = build_spark(conf, app_name=f"lakehouse-bronze-{args.stream}")
+        run_bronze(spark, conf, args.stream, once=args.once, progress=not args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Kafka clients and options, built from configuration; the SASL password only from the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
+
+OFFSET_EARLIEST = -2
+
+
+class KafkaUnreachableError(RuntimeError):
+    """No broker answered at the configured bootstrap servers."""
+
+
+class TopicMissingError(RuntimeError):
+    """The topic a job reads does not exist."""
+
+
+def _password(conf: LakehouseConf) -> str | None:
+    if conf.kafka.sasl_mechanism is None:
+        return None
+    password = os.environ.get(SASL_PASSWORD_ENV)
+    if not password:
+        raise InvalidConfigError(
+            f"kafka.sasl_mechanism is {conf.kafka.sasl_mechanism} in {conf.source} but "
+            f"{SASL_PASSWORD_ENV} is not set: export the password in that environment variable"
+        )
+    return password
+
+
+def client_settings(conf: LakehouseConf) -> dict[str, str]:
+    """librdkafka settings (confluent-kafka) for the configured cluster."""
+    k = conf.kafka
+    settings = {"bootstrap.servers": k.bootstrap_servers, "security.protocol": k.security_protocol}
+    if k.sasl_mechanism:
+        settings["sasl.mechanism"] = k.sasl_mechanism
+        settings["sasl.username"] = k.sasl_username or ""
+        settings["sasl.password"] = _password(conf) or ""
+    if k.ssl_ca_location:
+        settings["ssl.ca.location"] = k.ssl_ca_location
+    return settings
+
+
+def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
+    """`kafka.*` options for Spark's Kafka source (Java client names)."""
+    k = conf.kafka
+    options = {
+        "kafka.bootstrap.servers": k.bootstrap_servers,
+        "kafka.security.protocol": k.security_protocol,
+        "kafka.request.timeout.ms": str(k.request_timeout_s * 1000),
+        "kafka.default.api.timeout.ms": str(k.request_timeout_s * 1000),
+    }
+    if k.sasl_mechanism:
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if k.sasl_mechanism == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+        user = (k.sasl_username or "").replace('"', '\\"')
+        secret = (_password(conf) or "").replace('"', '\\"')
+        options["kafka.sasl.mechanism"] = k.sasl_mechanism
+        options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{secret}";'
+    if k.ssl_ca_location:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = k.ssl_ca_location
+    return options
+
+
+def redacted(options: dict[str, str]) -> dict[str, str]:
+    """Options fit for a log line: secrets replaced."""
+    return {
+        k: ("***" if any(s in k for s in ("jaas", "password", "secret")) else v)
+        for k, v in options.items()
+    }
+
+
+def admin_client(conf: LakehouseConf, timeout_s: float | None = None) -> AdminClient:
+    timeout_ms = int((timeout_s or conf.kafka.request_timeout_s) * 1000)
+    # librdkafka's own connection chatter is silenced: failures surface as our own errors.
+    return AdminClient({**client_settings(conf), "socket.timeout.ms": timeout_ms, "log_level": 0})
+
+
+def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None:
+    """Raise KafkaUnreachableError naming the address when no broker answers."""
+    timeout = timeout_s or conf.kafka.request_timeout_s
+    try:
+        admin_client(conf, timeout).list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise KafkaUnreachableError(
+            f"no Kafka broker answered at {conf.kafka.bootstrap_servers} within {timeout:g}s "
+            f"(kafka.bootstrap_servers in {conf.source}): {e.args[0].str() if e.args else e}. "
+            "Start the local one with `lakehouse kafka start`, or point the configuration at yours."
+        ) from None
+
+
+def ensure_topic(conf: LakehouseConf, topic: str, partitions: int, replication: int) -> bool:
+    """Create the topic if it is missing; True when it was created."""
+    check_reachable(conf)
+    admin = admin_client(conf)
+    if topic in admin.list_topics(timeout=conf.kafka.request_timeout_s).topics:
+        return False
+    futures = admin.create_topics([NewTopic(topic, partitions, replication)])
+    try:
+        futures[topic].result(timeout=conf.kafka.request_timeout_s)
+    except KafkaException as e:
+        if "TOPIC_ALREADY_EXISTS" not in str(e):
+            raise
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class PartitionWatermarks:
+    partition: int
+    low: int  # first offset still in Kafka (log start offset)
+    high: int  # next offset to be written (log end offset)
+
+
+def topic_watermarks(conf: LakehouseConf, topic: str) -> list[PartitionWatermarks]:
+    """Low and high watermarks of every partition of `topic`."""
+    check_reachable(conf)
+    metadata = admin_client(conf).list_topics(topic, timeout=conf.kafka.request_timeout_s)
+    meta = metadata.topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise TopicMissingError(
+            f"topic {topic!r} does not exist on {conf.kafka.bootstrap_servers}: create it "
+            f"(`lakehouse produce` does) or fix the stream's topic in {conf.source}"
+        )
+    consumer = Consumer({**client_settings(conf), "group.id": "lakehouse-watermarks",
+                         "enable.auto.commit": False, "log_level": 0})  # fmt: skip
+    try:
+        result = []
+        for p in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=conf.kafka.request_timeout_s
+            )
+            result.append(PartitionWatermarks(p, low, high))
+        return result
+    finally:
+        consumer.close()

@@ -1,0 +1,251 @@
+"""A single-node Apache Kafka broker in KRaft mode, run from Kafka's own Maven Central jars.
+
+`lakehouse kafka start | stop | status`. Data, logs and the pid file live in
+`local_broker.data_dir`; starting twice is fine; `start` returns only once the broker answers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.config import LakehouseConf
+from pipelines.jars import java_executable, kafka_jars
+from pipelines.kafka_io import KafkaUnreachableError, admin_client
+
+
+class LocalBrokerError(RuntimeError):
+    """The local broker cannot start or stop; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    address: str
+    detail: str
+
+
+def _paths(conf: LakehouseConf) -> dict[str, Path]:
+    d = conf.broker_data_dir
+    return {
+        "dir": d,
+        "props": d / "server.properties",
+        "log4j": d / "log4j2.properties",
+        "logs": d / "logs",
+        "data": d / "kraft-logs",
+        "pid": d / "broker.pid",
+        "out": d / "logs" / "server.out",
+    }
+
+
+def _address(conf: LakehouseConf) -> str:
+    return f"{conf.local_broker.host}:{conf.local_broker.port}"
+
+
+def _server_properties(conf: LakehouseConf, data: Path) -> str:
+    b = conf.local_broker
+    return f"""# Written by `lakehouse kafka start`; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers={b.host}:{b.controller_port}
+listeners=PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}
+advertised.listeners=PLAINTEXT://{b.host}:{b.port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=4
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=168
+log.segment.bytes=268435456
+message.max.bytes=10485760
+"""
+
+
+LOG4J2 = """status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie left by our own Popen is not alive
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _our_pid(conf: LakehouseConf) -> int | None:
+    pid_file = _paths(conf)["pid"]
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().strip())
+    except ValueError:
+        return None
+    if not _pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return pid
+    return pid if "kafka.Kafka" in cmdline and str(_paths(conf)["props"]) in cmdline else None
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _answers(conf: LakehouseConf, timeout: float = 3.0) -> bool:
+    try:
+        admin_client(conf, timeout_s=timeout).list_topics(timeout=timeout)
+        return True
+    except Exception:
+        return False
+
+
+def status(conf: LakehouseConf) -> BrokerStatus:
+    """Whether our broker runs and answers at its address."""
+    pid = _our_pid(conf)
+    address = _address(conf)
+    if pid is None:
+        if _port_in_use(conf.local_broker.host, conf.local_broker.port):
+            return BrokerStatus(False, None, address, f"port {address} is used by another process")
+        return BrokerStatus(False, None, address, "not running")
+    if _answers(conf):
+        return BrokerStatus(True, pid, address, f"running (pid {pid}), answering at {address}")
+    return BrokerStatus(False, pid, address, f"process {pid} is up but not answering at {address}")
+
+
+def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
+    """Start the broker unless it already runs, and wait until it answers."""
+    say = (lambda *_: None) if quiet else print
+    b = conf.local_broker
+    p = _paths(conf)
+    current = status(conf)
+    if current.running:
+        say(f"kafka: already {current.detail}")
+        return current
+    java = java_executable()
+    for port in (b.port, b.controller_port):
+        if current.pid is None and _port_in_use(b.host, port):
+            raise LocalBrokerError(
+                f"cannot start Kafka: port {b.host}:{port} is already in use by another process; "
+                f"stop it or choose another port (local_broker.port / local_broker.controller_port "
+                f"in {conf.source})"
+            )
+    jars = kafka_jars(b.version)
+    for d in (p["dir"], p["logs"], p["data"]):
+        d.mkdir(parents=True, exist_ok=True)
+    p["props"].write_text(_server_properties(conf, p["data"]))
+    p["log4j"].write_text(LOG4J2)
+    classpath = f"{jars}/*"
+    if current.pid is None:
+        if not (p["data"] / "meta.properties").exists():
+            cluster_id = subprocess.run(
+                [java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+            fmt = subprocess.run(
+                [java, "-cp", classpath, f"-Dlog4j2.configurationFile={p['log4j']}",
+                 f"-Dkafka.logs.dir={p['logs']}", "kafka.tools.StorageTool", "format",
+                 "-t", cluster_id, "-c", str(p["props"]), "--standalone"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if fmt.returncode != 0:
+                raise LocalBrokerError(f"formatting Kafka storage in {p['data']} failed: "
+                                       f"{(fmt.stderr or fmt.stdout).strip()[-800:]}")
+        say(f"kafka: starting Apache Kafka {b.version} (KRaft) at {_address(conf)}, data in {p['dir']}")
+        with open(p["out"], "ab") as out:
+            proc = subprocess.Popen(
+                [java, f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC",
+                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={p['log4j']}",
+                 f"-Dkafka.logs.dir={p['logs']}", "-cp", classpath, "kafka.Kafka", str(p["props"])],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        p["pid"].write_text(str(proc.pid))
+        pid = proc.pid
+    else:
+        pid = current.pid
+    deadline = time.monotonic() + b.start_timeout_s
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            raise LocalBrokerError(
+                f"Kafka exited during start-up; last lines of {p['out']} and "
+                f"{p['logs'] / 'server.log'}:\n{_tail(p['out'])}\n{_tail(p['logs'] / 'server.log')}"
+            )
+        if _answers(conf, timeout=2.0):
+            st = status(conf)
+            say(f"kafka: {st.detail}")
+            return st
+        time.sleep(0.5)
+    raise LocalBrokerError(
+        f"Kafka did not answer at {_address(conf)} within {b.start_timeout_s}s; "
+        f"see {p['logs'] / 'server.log'}"
+    )
+
+
+def stop(conf: LakehouseConf, *, quiet: bool = False, timeout_s: float = 30) -> None:
+    """Stop the broker cleanly (SIGTERM), killing it only if it hangs."""
+    say = (lambda *_: None) if quiet else print
+    pid = _our_pid(conf)
+    if pid is None:
+        say("kafka: not running")
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    _paths(conf)["pid"].unlink(missing_ok=True)
+    say(f"kafka: stopped (pid {pid})")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} is missing)"
+
+
+__all__ = ["BrokerStatus", "KafkaUnreachableError", "LocalBrokerError", "start", "status", "stop"]

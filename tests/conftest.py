@@ -1,0 +1,85 @@
+"""Shared fixtures: one Spark session, one real Kafka broker for the whole run, tables in tmp."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import LakehouseConf, LocalBrokerConf, StorageConf, load_config
+
+# Spark hands timestamps to Python in the process's local zone: make it UTC, like the tables.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
+    """The `test` environment with its broker data in a temporary folder."""
+    conf = load_config("test")
+    broker_dir = tmp_path_factory.mktemp("kafka")
+    port, controller_port = _free_port(), _free_port()
+    return conf.with_overrides(
+        local_broker=dataclasses.replace(
+            conf.local_broker, data_dir=str(broker_dir), port=port, controller_port=controller_port
+        ),
+        kafka=dataclasses.replace(conf.kafka, bootstrap_servers=f"127.0.0.1:{port}"),
+        storage=StorageConf(root=str(tmp_path_factory.mktemp("lake"))),
+    )
+
+
+@pytest.fixture(scope="session")
+def spark(base_conf: LakehouseConf):
+    from pipelines.spark import build_spark
+
+    session = build_spark(base_conf, app_name="lakehouse-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(base_conf: LakehouseConf):
+    """A real single-node Kafka broker, started once for the session."""
+    from pipelines import kafka_local
+
+    kafka_local.start(base_conf, quiet=True)
+    yield base_conf
+    kafka_local.stop(base_conf, quiet=True)
+
+
+@pytest.fixture
+def lake(kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
+    """Configuration with its own storage root and its own fresh topic."""
+    topic = f"orders.test.{uuid.uuid4().hex[:10]}"
+    stream = dataclasses.replace(kafka.streams["orders"], topic=topic)
+    return kafka.with_overrides(
+        storage=StorageConf(root=str(tmp_path / "lake")), streams={"orders": stream}
+    )
+
+
+def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
+    """Environment that makes a child `lakehouse` process use `conf`'s root, topic and broker."""
+    stream = conf.streams["orders"]
+    env = {
+        **os.environ,
+        "LAKEHOUSE_ENV": "test",
+        "LAKEHOUSE__STORAGE__ROOT": conf.storage.root,
+        "LAKEHOUSE__STREAMS__ORDERS__TOPIC": stream.topic,
+        "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": conf.kafka.bootstrap_servers,
+    }
+    env.update(extra)
+    return env
+
+
+__all__ = ["LocalBrokerConf", "subprocess_env"]

@@ -1,0 +1,59 @@
+"""Helpers shared by the integration tests: producing, watching Delta commits, killing jobs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipelines.config import LakehouseConf
+from pipelines.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.produce import ProduceReport, produce_plan
+
+
+def produce(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> ProduceReport:
+    """Send the reference stream to the configuration's topic; the report has every offset."""
+    plan = generate_orders_stream(StreamOptions(orders=orders, seed=seed, **twists))
+    return produce_plan(conf, plan, conf.streams["orders"].topic)
+
+
+def delta_commits(table_path: str) -> int:
+    """How many commits a Delta table has (0 before it exists)."""
+    log_dir = Path(table_path) / "_delta_log"
+    return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
+
+def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
+    """A layer's job in its own process group (its JVM included), output appended to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def kill_at_random_instants(
+    module: str, env: dict[str, str], log: Path, watched_table: str, rng: random.Random,
+    *, kills: int = 3, batches: tuple[int, int] = (1, 3), jitter_s: float = 0.5,
+) -> int:
+    """Start `module --once` and SIGKILL it (JVM and all) `kills` times, each time after it
+    committed a random number of batches to `watched_table` plus a random fraction of the next.
+    Returns how many runs were really killed (a run that finished first is not)."""  # fmt: skip
+    killed = 0
+    for _ in range(kills):
+        proc = start_job(module, env, log, "--once")
+        target = delta_commits(watched_table) + rng.randint(*batches)
+        deadline = time.monotonic() + 180
+        while delta_commits(watched_table) < target and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, jitter_s))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    return killed

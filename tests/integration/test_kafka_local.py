@@ -1,0 +1,50 @@
+"""`lakehouse kafka start | stop | status` with a real broker, and clear errors when it can't."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+import pytest
+
+from pipelines import kafka_local
+from pipelines.jars import JarResolutionError
+from pipelines.kafka_io import KafkaUnreachableError, check_reachable
+
+pytestmark = pytest.mark.integration
+
+
+def test_start_twice_is_fine_and_status_tells_it_answers(kafka):
+    again = kafka_local.start(kafka, quiet=True)
+    assert again.running
+    st = kafka_local.status(kafka)
+    assert st.running and st.pid == again.pid
+    assert st.address == f"127.0.0.1:{kafka.local_broker.port}"
+
+
+def test_port_taken_by_another_process_is_named(kafka, tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        other = kafka.with_overrides(
+            local_broker=dataclasses.replace(kafka.local_broker, port=port, data_dir=str(tmp_path))
+        )
+        with pytest.raises(kafka_local.LocalBrokerError, match=f"port 127.0.0.1:{port} is already in use"):
+            kafka_local.start(other, quiet=True)
+
+
+def test_missing_java_is_explained(kafka, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    other = kafka.with_overrides(
+        local_broker=dataclasses.replace(kafka.local_broker, data_dir=str(tmp_path), port=1, controller_port=2)
+    )
+    with pytest.raises(JarResolutionError, match="Java was not found: install Java 17"):
+        kafka_local.start(other, quiet=True)
+
+
+def test_unreachable_broker_names_the_address(kafka):
+    nowhere = kafka.with_overrides(kafka=dataclasses.replace(kafka.kafka, bootstrap_servers="127.0.0.1:9"))
+    with pytest.raises(KafkaUnreachableError, match="no Kafka broker answered at 127.0.0.1:9"):
+        check_reachable(nowhere, timeout_s=2)

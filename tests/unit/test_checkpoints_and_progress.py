@@ -1,0 +1,40 @@
+from pipelines import checkpoints
+from pipelines.progress import kafka_lag
+
+HEADER = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+
+
+def make_checkpoint(root, offsets: dict[int, dict], commits: list[int], initial: dict):
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "sources" / "0").mkdir(parents=True)
+    import json
+
+    for batch, offs in offsets.items():
+        (root / "offsets" / str(batch)).write_text(HEADER + json.dumps({"t": offs}))
+    for batch in commits:
+        (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (root / "sources" / "0" / "0").write_bytes(b"\x00v1\n" + json.dumps({"t": initial}).encode())
+
+
+def test_resume_after_the_last_committed_batch(tmp_path):
+    make_checkpoint(tmp_path, {0: {"0": 5}, 1: {"0": 9}, 2: {"0": 14}}, [0, 1], {"0": 0})
+    assert checkpoints.resume_offsets(tmp_path, "t") == {0: 9}
+    assert checkpoints.batch_start_offsets(tmp_path, 2, "t") == {0: 9}
+    assert checkpoints.batch_end_offsets(tmp_path, 2, "t") == {0: 14}
+
+
+def test_resume_from_the_initial_offsets_when_nothing_committed(tmp_path):
+    make_checkpoint(tmp_path, {0: {"0": 5, "1": 2}}, [], {"0": 3, "1": 0})
+    assert checkpoints.resume_offsets(tmp_path, "t") == {0: 3, 1: 0}
+    assert checkpoints.batch_start_offsets(tmp_path, 0, "t") == {0: 3, 1: 0}
+
+
+def test_no_checkpoint_means_no_offsets(tmp_path):
+    assert checkpoints.resume_offsets(tmp_path / "missing", "t") is None
+    assert not checkpoints.has_offsets(tmp_path)
+
+
+def test_lag_sums_offsets_behind_over_partitions():
+    assert kafka_lag('{"t":{"0":100,"1":50}}', '{"t":{"0":90,"1":50}}') == 10
+    assert kafka_lag(None, '{"t":{"0":1}}') is None

@@ -1,0 +1,167 @@
+"""Parsing and validation of raw order events: every invalid kind, and the valid edge cases."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+import pytest
+from chispa import assert_df_equality
+
+from silver.order_events import EVENT_COLUMNS, dedupe_events, parse_order_events
+from silver.orders import latest_versions
+
+VALID = (
+    '{"event_id": "e-1", "order_id": "o-1", "seq": 1, "event_type": "created", '
+    '"customer_id": "c-1", "product_id": "p-1", "quantity": 2, "unit_price": 12.30, '
+    '"currency": "EUR", "event_time": "2026-11-22T10:15:03.123Z"}'
+)
+RAW_SCHEMA = (
+    "topic string, partition int, offset long, kafka_timestamp timestamp, key binary, value binary"
+)
+T0 = datetime(2026, 11, 22, 10, 0, 0)
+
+
+def with_field(name: str, text: str | None) -> str:
+    """VALID with one field's JSON text replaced (None: the field removed)."""
+    import json
+    import re
+
+    if text is None:
+        return re.sub(rf', ?"{name}": [^,}}]+|"{name}": [^,}}]+, ?', "", VALID, count=1)
+    current = json.loads(VALID)[name]
+    old = f'"{name}": ' + (json.dumps(current) if not isinstance(current, float) else "12.30")
+    assert old in VALID, old
+    return VALID.replace(old, f'"{name}": {text}')
+
+
+def parse(spark, values: list[bytes]):
+    raw = spark.createDataFrame(
+        [("orders", 0, i, T0, b"k", v) for i, v in enumerate(values)], RAW_SCHEMA
+    )
+    return parse_order_events(raw)
+
+
+def reason_of(spark, value: bytes | str) -> str | None:
+    v = value.encode() if isinstance(value, str) else value
+    return parse(spark, [v]).first()["reason"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b'{"event_id": "\xff\xfe"}', "value is not valid UTF-8"),
+        ("{not json", "value is not JSON"),
+        ("", "value is not JSON"),
+        ("[1, 2]", "value is not a JSON object but array<bigint>"),
+        ('"a string"', "value is not a JSON object but string"),
+        ("42", "value is not a JSON object but bigint"),
+        ("null", "value is not a JSON object but void"),
+        (with_field("seq", None), "missing field 'seq'"),
+        (with_field("event_time", None), "missing field 'event_time'"),
+        (with_field("currency", "null"), "field 'currency' is null"),
+        (with_field("quantity", '"3"'), "field 'quantity' must be an integer, got string"),
+        (with_field("seq", "1.5"), "field 'seq' must be an integer, got decimal(2,1)"),
+        (with_field("seq", "true"), "field 'seq' must be an integer, got boolean"),
+        (with_field("event_id", "42"), "field 'event_id' must be a string, got bigint"),
+        (with_field("unit_price", '"12.30"'), "field 'unit_price' must be a number, got string"),
+        (with_field("seq", "0"), "seq must be >= 1, got 0"),
+        (with_field("quantity", "0"), "quantity must be >= 1, got 0"),
+        (with_field("unit_price", "-1.00"), "unit_price must be >= 0, got -1.0000000000"),
+        (with_field("unit_price", "12.345"), "unit_price has more than 2 decimals: 12.3450000000"),
+        (with_field("unit_price", "12345678901.00"), "unit_price does not fit decimal(12,2): 12345678901.0000000000"),
+        (with_field("event_type", '"refunded"'), "unknown event_type 'refunded'"),
+        (with_field("currency", '"JPY"'), "unknown currency 'JPY'"),
+        (with_field("event_time", '"yesterday"'), "event_time is not an ISO-8601 instant with offset: 'yesterday'"),
+        (with_field("event_time", '"2026-13-45T99:00:00Z"'), "event_time is not an ISO-8601 instant with offset: '2026-13-45T99:00:00Z'"),
+        (with_field("event_time", '"2026-11-22 10:15:03"'), "event_time is not an ISO-8601 instant with offset: '2026-11-22 10:15:03'"),
+    ],
+)
+def test_invalid_record_gets_a_readable_reason(spark, value, reason):
+    assert reason_of(spark, value) == reason
+
+
+def test_null_value_is_invalid(spark):
+    raw = spark.createDataFrame([("orders", 0, 0, T0, None, None)], RAW_SCHEMA)
+    assert parse_order_events(raw).first()["reason"] == "value is null"
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "column", "expected"),
+    [
+        ("order_id", '"ordre-é-ü-订单"', "order_id", "ordre-é-ü-订单"),
+        ("unit_price", "0.10", "unit_price", Decimal("0.10")),
+        ("unit_price", "1234567.89", "unit_price", Decimal("1234567.89")),
+        ("unit_price", "7", "unit_price", Decimal("7.00")),
+        ("unit_price", "12.300", "unit_price", Decimal("12.30")),
+        ("unit_price", "1.5e1", "unit_price", Decimal("15.00")),
+        ("event_time", '"2026-11-22T10:15:00Z"', "event_time", datetime(2026, 11, 22, 10, 15, 0)),
+        ("event_time", '"2026-11-22T11:15:59.999+01:00"', "event_time",
+         datetime(2026, 11, 22, 10, 15, 59, 999000)),
+        ("event_time", '"2026-11-22T23:59:59.999999-02:00"', "event_date", "2026-11-23"),
+    ],
+)
+def test_valid_edge_cases(spark, field, text, column, expected):
+    row = parse(spark, [with_field(field, text).encode()]).first()
+    assert row["reason"] is None
+    assert row[column] == expected
+
+
+def test_fields_the_spec_does_not_know_are_tolerated(spark):
+    value = VALID[:-1] + ', "channel": "web", "note": {"gift": true, "seq": "x"}}'
+    row = parse(spark, [value.encode()]).first()
+    assert row["reason"] is None
+    assert (row["seq"], row["unit_price"]) == (1, Decimal("12.30"))
+
+
+def test_valid_record_is_typed_exactly(spark):
+    parsed = parse(spark, [VALID.encode()]).select(*EVENT_COLUMNS, "reason")
+    expected = spark.createDataFrame(
+        [("e-1", "o-1", 1, "created", "c-1", "p-1", 2, Decimal("12.30"), "EUR",
+          datetime(2026, 11, 22, 10, 15, 3, 123000), "2026-11-22", None)],
+        "event_id string, order_id string, seq bigint, event_type string, customer_id string, "
+        "product_id string, quantity bigint, unit_price decimal(12,2), currency string, "
+        "event_time timestamp, event_date string, reason string",
+    )  # fmt: skip
+    assert_df_equality(parsed, expected, ignore_nullable=True)
+
+
+def event(event_id: str, order_id: str, seq: int, event_type: str, minute: int) -> str:
+    return (
+        f'{{"event_id": "{event_id}", "order_id": "{order_id}", "seq": {seq}, '
+        f'"event_type": "{event_type}", "customer_id": "c-1", "product_id": "p-1", '
+        f'"quantity": 1, "unit_price": 0.10, "currency": "EUR", '
+        f'"event_time": "2026-11-22T10:{minute:02d}:00Z"}}'
+    )
+
+
+def test_dedupe_keeps_one_row_per_event_id(spark):
+    values = [event("e-1", "o-1", 1, "created", 1), event("e-2", "o-1", 2, "paid", 2),
+              event("e-1", "o-1", 1, "created", 1), "{bad", event("e-1", "o-1", 1, "created", 1)]  # fmt: skip
+    deduped = dedupe_events(parse(spark, [v.encode() for v in values]))
+    assert sorted(r["event_id"] for r in deduped.collect()) == ["e-1", "e-2"]
+    assert deduped.columns == EVENT_COLUMNS
+
+
+def test_latest_version_wins_whatever_the_arrival_order(spark):
+    values = [
+        event("e-3", "o-1", 3, "shipped", 3),
+        event("e-1", "o-1", 1, "created", 1),
+        event("e-2", "o-1", 2, "paid", 2),
+        event("e-5", "o-2", 1, "created", 5),
+    ]
+    latest = latest_versions(dedupe_events(parse(spark, [v.encode() for v in values])))
+    got = {r["order_id"]: (r["event_id"], r["seq"], r["status"]) for r in latest.collect()}
+    assert got == {"o-1": ("e-3", 3, "shipped"), "o-2": ("e-5", 1, "created")}
+
+
+def test_ties_on_seq_go_to_the_later_event_time_then_the_greater_event_id(spark):
+    values = [
+        event("e-a", "o-1", 2, "paid", 4),
+        event("e-b", "o-1", 2, "cancelled", 3),  # same seq, earlier time
+        event("e-c", "o-2", 2, "paid", 4),
+        event("e-d", "o-2", 2, "cancelled", 4),  # same seq and time, greater event_id
+    ]
+    latest = latest_versions(dedupe_events(parse(spark, [v.encode() for v in values])))
+    got = {r["order_id"]: r["event_id"] for r in latest.collect()}
+    assert got == {"o-1": "e-a", "o-2": "e-d"}
