@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -31,6 +32,21 @@ TWISTS = dict(
 )
 
 
+REASONS = {
+    "not_json": re.compile(r"^value is not JSON$"),
+    "not_object": re.compile(r"^value is not a JSON object but (array|string|bigint|void)"),
+    "missing_field": re.compile(r"^missing field '\w+'$"),
+    "null_field": re.compile(r"^field '\w+' is null$"),
+    "wrong_type": re.compile(r"^field '(quantity|seq)' must be an integer, got (string|boolean|decimal)"),
+    "rule_broken": re.compile(r"^(seq must be >= 1|quantity must be >= 1|unit_price must be >= 0)"),
+    "unknown_event_type": re.compile(r"^unknown event_type 'refunded'$"),
+    "unknown_currency": re.compile(r"^unknown currency 'JPY'$"),
+    "too_many_decimals": re.compile(r"^unit_price has more than 2 decimals: 12\.345"),
+    "bad_event_time": re.compile(r"^event_time is not an ISO-8601 instant"),
+    "invalid_utf8": re.compile(r"^value is not valid UTF-8$"),
+}
+
+
 def produce(conf: LakehouseConf, orders: int, seed: int) -> ProduceReport:
     return helpers.produce(conf, orders, seed, **TWISTS)
 
@@ -42,12 +58,12 @@ def _instant(text: str) -> datetime:
 def oracle(*reports: ProduceReport) -> dict:
     """Expected silver tables, computed in plain Python from what the producer sent."""
     events: dict[str, tuple] = {}
-    quarantine: dict[tuple[int, int], bytes] = {}
+    quarantine: dict[tuple[int, int], tuple[str, bytes | None, bytes]] = {}
     valid_records = 0
     for rep in reports:
         for d in rep.delivered:
             if d.kind not in ("event", "redelivery"):
-                quarantine[(d.partition, d.offset)] = d.value
+                quarantine[(d.partition, d.offset)] = (d.kind, d.key, d.value)
                 continue
             valid_records += 1
             e = json.loads(d.value, parse_float=Decimal)
@@ -77,9 +93,20 @@ def assert_silver_matches(spark, conf: LakehouseConf, expected: dict) -> None:
     assert table(spark, tables.events, EVENT_COLUMNS) == sorted(expected["events"].values())
     assert table(spark, tables.state, ORDER_COLUMNS) == sorted(expected["orders"].values())
     q = spark.read.format("delta").load(tables.quarantine).collect()
-    assert {(r["partition"], r["offset"]): bytes(r["value"]) for r in q} == expected["quarantine"]
     assert len(q) == len(expected["quarantine"])
-    assert all(r["reason"] for r in q)
+    got = {(r["partition"], r["offset"]): (None if r["key"] is None else bytes(r["key"]),
+                                           bytes(r["value"])) for r in q}  # fmt: skip
+    assert got == {k: (key, value) for k, (_, key, value) in expected["quarantine"].items()}
+    for r in q:  # the reason says what is wrong, for every kind the producer made
+        kind = expected["quarantine"][(r["partition"], r["offset"])][0]
+        assert REASONS[kind].search(r["reason"]), (kind, r["reason"])
+    # topic and Kafka timestamp are those of the bronze row at the same coordinates
+    raw = spark.read.format("delta").load(bronze_tables(conf, stream).raw)
+    coords = ["topic", "partition", "offset", "kafka_timestamp"]
+    assert sorted(tuple(r) for r in raw.join(
+        spark.read.format("delta").load(tables.quarantine).select("partition", "offset"),
+        ["partition", "offset"]).select(*coords).collect()) == sorted(
+        (r["topic"], r["partition"], r["offset"], r["kafka_timestamp"]) for r in q)  # fmt: skip
     # the spec's accounting identity, exactly
     bronze = spark.read.format("delta").load(bronze_tables(conf, stream).raw).count()
     redeliveries = expected["valid_records"] - len(expected["events"])
