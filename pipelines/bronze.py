@@ -276,7 +276,6 @@ def run_bronze(
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
     return run_query(
-        spark,
         lambda: start_bronze(spark, conf, stream_name, once=once),
         name="bronze",
         progress=progress,

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "run":
             import importlib
 
-            job = importlib.import_module(f"pipelines.jobs.{args.layer}")
+            job = importlib.import_module(f"pipelines.jobs.{args.layer}_job")
             flags = ["--stream", args.stream] + (["--once"] if args.once else [])
             flags += ["--quiet"] if args.quiet else []
             return job.main((["--env", conf.env] if args.env else []) + flags)

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
-
-from pyspark.sql.streaming import StreamingQueryListener
-
-log = logging.getLogger("lakehouse.progress")
 
 
 def kafka_lag(latest: str | None, end: str | None) -> int | None:
@@ -19,6 +14,8 @@ def kafka_lag(latest: str | None, end: str | None) -> int | None:
         latest_o, end_o = json.loads(latest), json.loads(end)
     except (TypeError, ValueError):
         return None
+    if not isinstance(latest_o, dict) or not isinstance(end_o, dict):
+        return None  # not a Kafka source (a Delta source reports other offsets)
     lag = 0
     for topic, parts in latest_o.items():
         if not isinstance(parts, dict):
@@ -28,34 +25,42 @@ def kafka_lag(latest: str | None, end: str | None) -> int | None:
     return lag
 
 
-class ConsoleProgress(StreamingQueryListener):
-    """Prints one line per micro-batch, the way Spark users read progress."""
+class ConsoleProgress:
+    """Prints one line per micro-batch, the way Spark users read progress.
 
-    def __init__(self, stream=None) -> None:
+    It polls the query's own progress reports from the thread that waits for the query, so no
+    callback from the JVM is involved (nothing to race with at shutdown, Spark Connect-safe).
+    """
+
+    def __init__(self, name: str, stream=None) -> None:
+        self.name = name
         self.stream = stream or sys.stderr
         self.rows = 0
+        self.batches = 0
+        self.last_batch = -1
 
-    def onQueryStarted(self, event) -> None:
-        print(f"[{event.name or event.id}] started (run {event.runId})", file=self.stream)
+    def update(self, query) -> None:
+        """Print the batches that completed since the last call; never fails the job."""
+        try:
+            for p in query.recentProgress:
+                if p.batchId <= self.last_batch:
+                    continue
+                self.last_batch = p.batchId
+                self._print(p)
+        except Exception as e:  # progress is a courtesy: a surprise in a report must not stop a job
+            print(f"[{self.name}] (progress unavailable: {e})", file=self.stream, flush=True)
 
-    def onQueryProgress(self, event) -> None:
-        p = event.progress
+    def _print(self, p) -> None:
         rows = p.numInputRows
         self.rows += rows
+        self.batches += 1
         lags = [kafka_lag(s.latestOffset, s.endOffset) for s in p.sources]
-        lag = sum(x for x in lags if x is not None) if any(x is not None for x in lags) else None
+        known = [x for x in lags if x is not None]
         duration = p.durationMs.get("triggerExecution", 0) / 1000
         line = (
-            f"[{p.name or p.id}] batch {p.batchId}: {rows:,} rows in {duration:.1f}s "
+            f"[{self.name}] batch {p.batchId}: {rows:,} rows in {duration:.1f}s "
             f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far"
         )
-        if lag is not None:
-            line += f", lag {lag:,} offsets"
+        if known:
+            line += f", lag {sum(known):,} offsets"
         print(line, file=self.stream, flush=True)
-
-    def onQueryIdle(self, event) -> None:
-        pass
-
-    def onQueryTerminated(self, event) -> None:
-        state = f"failed: {event.exception.splitlines()[0]}" if event.exception else "stopped"
-        print(f"[{event.id}] {state}", file=self.stream, flush=True)

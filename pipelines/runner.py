@@ -8,14 +8,12 @@ import threading
 from collections.abc import Callable
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.progress import ConsoleProgress
 
 
 def run_query(
-    spark: SparkSession,
     start: Callable[[], StreamingQuery],
     *,
     name: str,
@@ -27,9 +25,7 @@ def run_query(
     A signal stops the query between micro-batches, so nothing is half-written; a failure is
     re-raised as the readable error that `explain` makes of it. Returns the finished query.
     """
-    listener = ConsoleProgress() if progress else None
-    if listener:
-        spark.streams.addListener(listener)
+    console = ConsoleProgress(name) if progress else None
     stop_requested = threading.Event()
 
     def request_stop(signum, _frame):
@@ -43,19 +39,25 @@ def run_query(
             previous[sig] = signal.signal(sig, request_stop)
     try:
         query = start()
+        if console:
+            print(f"[{name}] query {query.name} started (id {query.id})", file=sys.stderr, flush=True)
         while query.isActive and not stop_requested.is_set():
             query.awaitTermination(1)
+            if console:
+                console.update(query)
         if stop_requested.is_set():
             query.stop()
         query.awaitTermination()
+        if console:
+            console.update(query)
+            print(f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
+                  file=sys.stderr, flush=True)  # fmt: skip
         return query
     except StreamingQueryException as e:
         raise explain(e) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if listener:
-            spark.streams.removeListener(listener)
 
 
 def first_line(message: str, limit: int = 500) -> str:

@@ -206,7 +206,6 @@ def run_silver(
         )
 
     return run_query(
-        spark,
         lambda: start_silver(spark, conf, stream_name, once=once),
         name="silver",
         progress=progress,

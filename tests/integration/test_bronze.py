@@ -100,9 +100,9 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER="100")
     log = tmp_path / "bronze.log"
     raw = bronze_tables(lake, lake.streams["orders"]).raw
-    killed = helpers.kill_at_random_instants("pipelines.jobs.bronze", env, log, raw, rng, jitter_s=0.4)
+    killed = helpers.kill_at_random_instants("pipelines.jobs.bronze_job", env, log, raw, rng, jitter_s=0.4)
     assert killed == 3, "the ingest finished before it could be killed: make the stream longer"
-    final = helpers.start_job("pipelines.jobs.bronze", env, log, "--once")
+    final = helpers.start_job("pipelines.jobs.bronze_job", env, log, "--once")
     assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
 
     uninterrupted = dataclasses.replace(
@@ -178,7 +178,7 @@ def test_continuous_job_keeps_up_then_stops_cleanly_on_sigterm(spark, lake, tmp_
     report = produce(lake, orders=200, seed=66)
     log = tmp_path / "continuous.log"
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second")
-    proc = helpers.start_job("pipelines.jobs.bronze", env, log)
+    proc = helpers.start_job("pipelines.jobs.bronze_job", env, log)
     try:
         raw = Path(bronze_tables(lake, lake.streams["orders"]).raw)
         deadline = time.monotonic() + 120

@@ -174,10 +174,10 @@ def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
     env = subprocess_env(lake, LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="2")
     log = tmp_path / "silver.log"
-    killed = helpers.kill_at_random_instants("pipelines.jobs.silver", env, log, tables.state, rng,
+    killed = helpers.kill_at_random_instants("pipelines.jobs.silver_job", env, log, tables.state, rng,
                                              batches=(1, 2), jitter_s=0.8)  # fmt: skip
     assert killed == 3, "silver finished before it could be killed"
-    final = helpers.start_job("pipelines.jobs.silver", env, log, "--once")
+    final = helpers.start_job("pipelines.jobs.silver_job", env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
 
     run_silver(spark, reference, once=True, progress=False)

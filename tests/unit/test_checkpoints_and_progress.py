@@ -38,3 +38,4 @@ def test_no_checkpoint_means_no_offsets(tmp_path):
 def test_lag_sums_offsets_behind_over_partitions():
     assert kafka_lag('{"t":{"0":100,"1":50}}', '{"t":{"0":90,"1":50}}') == 10
     assert kafka_lag(None, '{"t":{"0":1}}') is None
+    assert kafka_lag("null", '{"sourceVersion":1,"reservoirVersion":3}') is None

@@ -2,7 +2,7 @@
 
 Usage:
     lakehouse run silver [--env local] [--stream orders] [--once]
-    spark-submit --jars "$(lakehouse jars)" pipelines/jobs/silver.py --env local --once
+    spark-submit --jars "$(lakehouse jars)" pipelines/jobs/silver_job.py --env local --once
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.jobs.bronze import parse_args
+from pipelines.jobs.bronze_job import parse_args
 from pipelines.silver import run_silver
 from pipelines.spark import build_spark
 

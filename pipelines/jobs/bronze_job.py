@@ -2,7 +2,7 @@
 
 Usage:
     lakehouse run bronze [--env local] [--stream orders] [--once]
-    spark-submit --jars "$(lakehouse jars)" pipelines/jobs/bronze.py --env local --once
+    spark-submit --jars "$(lakehouse jars)" pipelines/jobs/bronze_job.py --env local --once
 """
 
 from __future__ import annotations
