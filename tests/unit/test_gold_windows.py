@@ -1,0 +1,91 @@
+"""Gold's pure functions: window edges, sliding-window membership, unknown ids, exact money."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from chispa import assert_df_equality
+
+from gold.dimensions import with_dimensions
+from gold.orders_by_country_5m import orders_by_country_5m
+from gold.revenue_by_category_1m import revenue_by_category_1m
+
+EVENTS = (
+    "event_id string, order_id string, seq bigint, event_type string, customer_id string, "
+    "product_id string, quantity bigint, unit_price decimal(12,2), currency string, "
+    "event_time timestamp"
+)
+
+
+def ev(spark, rows):
+    return spark.createDataFrame(
+        [(f"e-{i}", f"o-{i}", 1, t, c, p, q, Decimal(price), cur, at)
+         for i, (t, c, p, q, price, cur, at) in enumerate(rows)], EVENTS)  # fmt: skip
+
+
+def dims(spark):
+    products = spark.createDataFrame(
+        [("p-1", "Tea", "drinks", Decimal("0.10")), ("p-2", "Cup", "kitchen", Decimal("5.00"))],
+        "product_id string, name string, category string, list_price decimal(12,2)",
+    )
+    customers = spark.createDataFrame(
+        [("c-1", "Ann", "FR", "retail"), ("c-2", "Bo", "DE", "pro")],
+        "customer_id string, name string, country string, segment string",
+    )
+    return products, customers
+
+
+def test_tumbling_windows_put_an_event_on_the_edge_in_the_window_it_opens(spark):
+    rows = [
+        ("paid", "c-1", "p-1", 3, "0.10", "EUR", datetime(2026, 11, 22, 10, 0, 59, 999999)),
+        ("paid", "c-1", "p-1", 1, "0.10", "EUR", datetime(2026, 11, 22, 10, 1, 0)),
+        ("paid", "c-1", "p-2", 2, "5.00", "USD", datetime(2026, 11, 22, 10, 1, 30)),
+        ("created", "c-1", "p-1", 9, "9.99", "EUR", datetime(2026, 11, 22, 10, 1, 30)),
+    ]
+    products, customers = dims(spark)
+    got = revenue_by_category_1m(with_dimensions(ev(spark, rows), products, customers))
+    expected = spark.createDataFrame(
+        [
+            (datetime(2026, 11, 22, 10, 0), datetime(2026, 11, 22, 10, 1), "drinks", "EUR", 1, 3, Decimal("0.30")),
+            (datetime(2026, 11, 22, 10, 1), datetime(2026, 11, 22, 10, 2), "drinks", "EUR", 1, 1, Decimal("0.10")),
+            (datetime(2026, 11, 22, 10, 1), datetime(2026, 11, 22, 10, 2), "kitchen", "USD", 1, 2, Decimal("10.00")),
+        ],
+        "window_start timestamp, window_end timestamp, category string, currency string, "
+        "paid_orders bigint, units bigint, revenue decimal(18,2)",
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_created_order_counts_in_all_five_sliding_windows_that_hold_it(spark):
+    rows = [("created", "c-2", "p-1", 3, "0.10", "EUR", datetime(2026, 11, 22, 10, 7, 0))]
+    products, customers = dims(spark)
+    got = orders_by_country_5m(with_dimensions(ev(spark, rows), products, customers))
+    starts = [datetime(2026, 11, 22, 10, m) for m in (3, 4, 5, 6, 7)]
+    expected = spark.createDataFrame(
+        [(s, s.replace(minute=s.minute + 5), "DE", 1, Decimal("0.30")) for s in starts],
+        "window_start timestamp, window_end timestamp, country string, created_orders bigint, "
+        "order_value decimal(18,2)",
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_unknown_product_and_customer_count_under_unknown(spark):
+    rows = [
+        ("paid", "c-404", "p-404", 1, "1.00", "GBP", datetime(2026, 11, 22, 10, 0, 1)),
+        ("created", "c-404", "p-1", 1, "1.00", "GBP", datetime(2026, 11, 22, 10, 0, 1)),
+    ]
+    products, customers = dims(spark)
+    enriched = with_dimensions(ev(spark, rows), products, customers)
+    assert enriched.count() == 2
+    assert [r["category"] for r in revenue_by_category_1m(enriched).collect()] == ["unknown"]
+    assert {r["country"] for r in orders_by_country_5m(enriched).collect()} == {"unknown"}
+
+
+def test_money_sums_exactly_without_float_drift(spark):
+    rows = [("paid", "c-1", "p-1", 1, "0.10", "EUR", datetime(2026, 11, 22, 10, 0, s)) for s in range(3)]
+    rows += [("paid", "c-1", "p-1", 1000000, "9999999999.99", "EUR", datetime(2026, 11, 22, 10, 0, 5))]
+    products, customers = dims(spark)
+    got = revenue_by_category_1m(with_dimensions(ev(spark, rows), products, customers)).first()
+    assert got["revenue"] == Decimal("0.30") + Decimal("9999999999990000.00")
+    assert got["units"] == 1000003
