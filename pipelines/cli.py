@@ -5,6 +5,8 @@
     lakehouse produce [options]           send the reference order stream (see --help)
     lakehouse run bronze [--once]         Kafka -> bronze/orders_raw, exactly once
     lakehouse run silver [--once]         bronze -> silver/order_events, orders, orders_quarantine
+    lakehouse seed                        dimensions/products and customers from conf/seeds
+    lakehouse run gold [--once]           silver -> gold windows and gold/late_events
     lakehouse demo                        all of the above on the embedded default, with a summary
     lakehouse jars                        the jars for `spark-submit --jars`
     lakehouse config                      the effective configuration (secrets hidden)
@@ -110,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     produce = sub.add_parser("produce", help="send the reference order stream")
     _add_produce_args(produce)
     run = sub.add_parser("run", help="run a layer's job")
-    run.add_argument("layer", choices=["bronze", "silver"])
+    run.add_argument("layer", choices=["bronze", "silver", "gold"])
     run.add_argument("--stream", default="orders")
     run.add_argument("--once", action="store_true", help="process what is available, then stop")
     run.add_argument("--quiet", action="store_true")
     demo = sub.add_parser("demo", help="the main job on the embedded default")
     demo.add_argument("--orders", type=int, default=None)
+    sub.add_parser("seed", help="load the dimension tables from the seed files")
     sub.add_parser("jars", help="comma-separated jars for spark-submit --jars")
     sub.add_parser("config", help="print the effective configuration")
     args = parser.parse_args(argv)
@@ -150,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines.demo import run_demo
 
             run_demo(conf, orders=args.orders)
+        elif args.command == "seed":
+            from pipelines.gold import seed_dimensions
+            from pipelines.spark import build_spark
+
+            counts = seed_dimensions(build_spark(conf, app_name="lakehouse-seed"), conf)
+            print(", ".join(f"dimensions/{k}: {v:,} rows" for k, v in counts.items()))
         elif args.command == "jars":
             from pipelines.jars import spark_jars
 

@@ -109,6 +109,16 @@ class SilverConf:
 
 
 @dataclass(frozen=True)
+class GoldConf:
+    """Gold job: trigger, allowed lateness, batch size, and where the dimension seeds are."""
+
+    trigger_interval: str = "10 seconds"
+    allowed_lateness_minutes: int = 10
+    max_files_per_trigger: int | None = 50
+    seed_dir: str = "conf/seeds"
+
+
+@dataclass(frozen=True)
 class ProducerConf:
     """Defaults of `lakehouse produce` for the reference stream."""
 
@@ -131,6 +141,7 @@ class LakehouseConf:
     spark: SparkConf = field(default_factory=SparkConf)
     bronze: BronzeConf = field(default_factory=BronzeConf)
     silver: SilverConf = field(default_factory=SilverConf)
+    gold: GoldConf = field(default_factory=GoldConf)
     producer: ProducerConf = field(default_factory=ProducerConf)
     streams: dict[str, StreamConf] = field(default_factory=dict)
 
@@ -154,6 +165,10 @@ class LakehouseConf:
             raise InvalidConfigError(
                 f"unknown stream {name!r}: {self.source} defines streams: {known}"
             ) from None
+
+    @property
+    def seed_dir(self) -> Path:
+        return _resolve(self.gold.seed_dir)
 
     @property
     def broker_data_dir(self) -> Path:
@@ -226,6 +241,7 @@ _DURATION = re.compile(
 _CHECKS: dict[str, tuple[Any, str]] = {
     "bronze.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
     "silver.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
+    "gold.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
     "spark.driver_memory": (re.compile(r"^\d+[kmgt]$", re.IGNORECASE).match, "a size such as '2g'"),
     "local_broker.heap": (re.compile(r"^\d+[kmg]$", re.IGNORECASE).match, "a size such as '768m'"),
 }

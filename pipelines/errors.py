@@ -12,6 +12,7 @@ EXIT_KNOWN_ERROR = 2
 def _known() -> tuple[type[BaseException], ...]:
     from pipelines.bronze import BronzeFailedError, RetentionGapError
     from pipelines.config import InvalidConfigError
+    from pipelines.gold import GoldFailedError
     from pipelines.jars import JarResolutionError
     from pipelines.kafka_io import KafkaUnreachableError, TopicMissingError
     from pipelines.kafka_local import LocalBrokerError
@@ -21,6 +22,7 @@ def _known() -> tuple[type[BaseException], ...]:
     return (
         BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
         KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
+        GoldFailedError,
     )  # fmt: skip
 
 
