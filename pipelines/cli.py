@@ -7,6 +7,7 @@
     lakehouse run silver [--once]         bronze -> silver/order_events, orders, orders_quarantine
     lakehouse seed                        dimensions/products and customers from conf/seeds
     lakehouse run gold [--once]           silver -> gold windows and gold/late_events
+    lakehouse dq [TABLE ...]              data-quality suites; results to quality/results and Data Docs
     lakehouse demo                        all of the above on the embedded default, with a summary
     lakehouse jars                        the jars for `spark-submit --jars`
     lakehouse config                      the effective configuration (secrets hidden)
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="the main job on the embedded default")
     demo.add_argument("--orders", type=int, default=None)
     sub.add_parser("seed", help="load the dimension tables from the seed files")
+    dq = sub.add_parser("dq", help="run the data-quality suites (Great Expectations)")
+    dq.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
     sub.add_parser("jars", help="comma-separated jars for spark-submit --jars")
     sub.add_parser("config", help="print the effective configuration")
     args = parser.parse_args(argv)
@@ -159,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
 
             counts = seed_dimensions(build_spark(conf, app_name="lakehouse-seed"), conf)
             print(", ".join(f"dimensions/{k}: {v:,} rows" for k, v in counts.items()))
+        elif args.command == "dq":
+            from pipelines.quality import run_quality
+            from pipelines.spark import build_spark
+
+            outcomes = run_quality(build_spark(conf, app_name="lakehouse-dq"), conf, args.tables or None)
+            for o in outcomes:
+                print(f"quality: {o.suite:<30} {'passed' if o.success else 'FAILED (warn)'}")
         elif args.command == "jars":
             from pipelines.jars import spark_jars
 

@@ -119,6 +119,15 @@ class GoldConf:
 
 
 @dataclass(frozen=True)
+class QualityConf:
+    """Data-quality checks: per-suite policy (`warn` or `fail`) and the `unknown` share allowed."""
+
+    default_policy: Literal["warn", "fail"] = "fail"
+    policies: dict[str, Literal["warn", "fail"]] = field(default_factory=dict)
+    unknown_share_max: float = 0.10  # share of gold rows under `unknown`
+
+
+@dataclass(frozen=True)
 class ProducerConf:
     """Defaults of `lakehouse produce` for the reference stream."""
 
@@ -142,6 +151,7 @@ class LakehouseConf:
     bronze: BronzeConf = field(default_factory=BronzeConf)
     silver: SilverConf = field(default_factory=SilverConf)
     gold: GoldConf = field(default_factory=GoldConf)
+    quality: QualityConf = field(default_factory=QualityConf)
     producer: ProducerConf = field(default_factory=ProducerConf)
     streams: dict[str, StreamConf] = field(default_factory=dict)
 

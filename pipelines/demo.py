@@ -98,4 +98,13 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
               f"{r['created_orders']:>3} orders {r['order_value']:>14,}", file=out)  # fmt: skip
     print(f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)", file=out)
     print(f"gold run            {gold_seconds:>10.1f} s, start-up included", file=out)
-    print("quality checks (Great Expectations): coming with issue 4.", file=out)
+    from pipelines.quality import QualityCheckFailedError, run_quality
+
+    try:
+        outcomes = run_quality(spark, conf)
+        verdict = ", ".join(f"{o.suite} {'ok' if o.success else 'WARN'}" for o in outcomes)
+        print(f"quality             passed: {verdict}", file=out)
+    except QualityCheckFailedError as e:
+        print(f"quality             FAILED: {e}", file=out)
+    print(f"  results in {conf.table_path('quality/results')}, Data Docs in "
+          f"{conf.root / '_quality'}", file=out)  # fmt: skip

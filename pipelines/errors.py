@@ -17,12 +17,13 @@ def _known() -> tuple[type[BaseException], ...]:
     from pipelines.kafka_io import KafkaUnreachableError, TopicMissingError
     from pipelines.kafka_local import LocalBrokerError
     from pipelines.produce import ProduceError
+    from pipelines.quality import QualityCheckFailedError
     from pipelines.silver import SilverFailedError
 
     return (
         BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
         KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
-        GoldFailedError,
+        GoldFailedError, QualityCheckFailedError,
     )  # fmt: skip
 
 

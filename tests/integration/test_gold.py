@@ -149,3 +149,29 @@ def test_a_replayed_gold_batch_adds_nothing_twice(spark, lake):
     sink(batch, 0)  # the one batch this checkpoint ran, once more
     assert state() == before
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
+
+
+def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
+    from pipelines.quality import QualityCheckFailedError, run_quality
+
+    conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
+    seed_dimensions(spark, conf)
+    produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
+    run_all(spark, conf)
+    outcomes = run_quality(spark, conf)
+    assert [(o.suite, o.success) for o in sorted(outcomes, key=lambda o: o.suite)] == [
+        ("gold_orders_by_country_5m", True), ("gold_revenue_by_category_1m", True),
+        ("silver_order_events", True), ("silver_orders", True),
+    ]  # fmt: skip
+    results = spark.read.format("delta").load(conf.table_path("quality/results"))
+    assert results.count() == 23 and results.where("success").count() == 23
+    assert (conf.root / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html").exists()
+
+    orders = conf.table_path("silver/orders")
+    spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(orders)
+    with pytest.raises(QualityCheckFailedError) as e:
+        run_quality(spark, conf, ["silver/orders"])
+    assert "silver/orders (version 2): expect_column_values_to_be_unique on order_id failed" in str(e.value)
+    failed = results.where("not success").select("table", "expectation", "column").collect()
+    assert [tuple(r) for r in failed] == [("silver/orders", "expect_column_values_to_be_unique", "order_id")]
+    assert results.select("run_id").distinct().count() == 2

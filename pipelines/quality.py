@@ -1,0 +1,147 @@
+"""`lakehouse dq`: run the Great Expectations suites on the tables, record and publish the results.
+
+Each run gets an id; every expectation's outcome goes to the Delta table `quality/results` (run id,
+time, table, table version, suite, expectation, column, success, observed value, unexpected count)
+and to Great Expectations' HTML Data Docs under `<storage root>/_quality/`. A failed suite whose
+policy is `fail` raises QualityCheckFailedError with a summary naming each failed expectation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from gold.expectations import Suite, suites
+from pipelines.config import LakehouseConf
+
+RESULTS_SCHEMA = (
+    "run_id string, run_at timestamp, table string, table_version bigint, suite string, "
+    "expectation string, column string, success boolean, observed_value string, "
+    "unexpected_count bigint"
+)
+
+
+class QualityCheckFailedError(RuntimeError):
+    """A suite with the `fail` policy did not pass; the message lists what failed."""
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    suite: str
+    table: str
+    table_version: int
+    success: bool
+    failures: list[str]
+
+
+def _context(conf: LakehouseConf):
+    import great_expectations as gx
+
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    root = Path(conf.root) / "_quality"
+    root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    try:  # no progress bars per metric: the job prints its own summary
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    except Exception:  # an older or newer layout of that setting: keep the bars
+        pass
+    return context
+
+
+def _describe(result) -> tuple[str, str | None, str, int | None]:
+    cfg = result.expectation_config
+    kwargs = dict(cfg.kwargs)
+    column = kwargs.get("column") or (",".join(kwargs["column_list"]) if "column_list" in kwargs else None)
+    observed = result.result.get("observed_value")
+    unexpected = result.result.get("unexpected_count")
+    return cfg.type, column, json.dumps(observed, default=str), unexpected
+
+
+def run_quality(
+    spark: SparkSession, conf: LakehouseConf, tables: list[str] | None = None
+) -> list[SuiteOutcome]:
+    """Run the suites (of `tables`, or all whose table exists) and record their results."""
+    import great_expectations as gx
+
+    context = _context(conf)
+    source = context.data_sources.add_or_update_spark(name="lakehouse")
+    run_id = uuid.uuid4().hex[:12]
+    run_at = datetime.now(UTC).replace(tzinfo=None)
+    rows, outcomes = [], []
+    for suite in suites(conf.quality.unknown_share_max):
+        if tables is not None and suite.table not in tables:
+            continue
+        path = conf.table_path(suite.table)
+        if not DeltaTable.isDeltaTable(spark, path):
+            continue
+        version = DeltaTable.forPath(spark, path).history(1).first()["version"]
+        df = suite.prepare(spark.read.format("delta").option("versionAsOf", version).load(path))
+        result = _validate(gx, context, source, suite, df)
+        failures = []
+        for r in result.results:
+            expectation, column, observed, unexpected = _describe(r)
+            rows.append((run_id, run_at, suite.table, version, suite.name, expectation, column,
+                         bool(r.success), observed, unexpected))  # fmt: skip
+            if not r.success:
+                failures.append(
+                    f"{suite.table} (version {version}): {expectation}"
+                    f"{f' on {column}' if column else ''} failed"
+                    f"{f', {unexpected} unexpected values' if unexpected else ''}"
+                    f"{f', observed {observed}' if observed not in ('null', None) else ''}"
+                )
+        outcomes.append(SuiteOutcome(suite.name, suite.table, version, bool(result.success), failures))
+    if rows:
+        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(
+            conf.table_path("quality/results")
+        )
+    try:
+        context.build_data_docs()
+    except Exception as e:  # the docs are a view: a rendering problem must not hide the verdict
+        logging.getLogger("lakehouse.quality").warning("Data Docs not built: %s", e)
+    failing = [
+        o for o in outcomes
+        if not o.success and conf.quality.policies.get(o.suite, conf.quality.default_policy) == "fail"
+    ]  # fmt: skip
+    for o in outcomes:
+        if not o.success and o not in failing:
+            for f in o.failures:
+                print(f"quality: WARNING {f}")
+    if failing:
+        lines = "\n  ".join(f for o in failing for f in o.failures)
+        raise QualityCheckFailedError(
+            f"data-quality run {run_id}: {len(failing)} suite(s) failed:\n  {lines}\n"
+            f"(results in {conf.table_path('quality/results')})"
+        )
+    return outcomes
+
+
+def _validate(gx, context, source, suite: Suite, df):
+    asset = source.add_dataframe_asset(name=suite.name) if suite.name not in [
+        a.name for a in source.assets] else source.get_asset(suite.name)  # fmt: skip
+    batch_def = next((b for b in asset.batch_definitions if b.name == "whole"), None)
+    if batch_def is None:
+        batch_def = asset.add_batch_definition_whole_dataframe("whole")
+    gx_suite = context.suites.add_or_update(
+        gx.ExpectationSuite(name=suite.name, expectations=list(suite.expectations))
+    )
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(data=batch_def, suite=gx_suite, name=f"{suite.name}_validation")
+    )
+    checkpoint = context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=f"{suite.name}_checkpoint",
+            validation_definitions=[definition],
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="docs")],
+        )
+    )
+    run = checkpoint.run(batch_parameters={"dataframe": df})
+    return next(iter(run.run_results.values()))
