@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import great_expectations.expectations as gxe
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -35,6 +34,8 @@ def _with_window_seconds(df: DataFrame) -> DataFrame:
 
 def suites(unknown_share_max: float) -> list[Suite]:
     """Every suite; `unknown_share_max` bounds the share of `unknown` dimension matches."""
+    import great_expectations.expectations as gxe  # heavy: imported only when checks run
+
     mostly_known = 1.0 - unknown_share_max
     return [
         Suite("silver_order_events", "silver/order_events", [

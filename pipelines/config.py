@@ -116,6 +116,7 @@ class GoldConf:
     allowed_lateness_minutes: int = 10
     max_files_per_trigger: int | None = 50
     seed_dir: str = "conf/seeds"
+    check_quality_per_batch: bool = False  # run the gold suites on each batch before its MERGE
 
 
 @dataclass(frozen=True)

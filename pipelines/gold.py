@@ -121,6 +121,7 @@ class UpsertGold:
 
     def __init__(self, conf: LakehouseConf, tables: GoldTables) -> None:
         self.tables = tables
+        self.conf = conf
         self.lateness_s = conf.gold.allowed_lateness_minutes * 60
         self._query_id: str | None = None
 
@@ -153,12 +154,20 @@ class UpsertGold:
             # windows an on-time event can touch start at most 5 minutes before it
             lo = stats[1].replace(second=0, microsecond=0) - timedelta(minutes=5)
             hi = stats[0]
-            self._add(spark, enriched.transform(by_category.revenue_by_category_1m),
-                      self.tables.revenue, by_category.KEY_COLUMNS, by_category.VALUE_COLUMNS,
-                      "revenue", batch_id, lo, hi)  # fmt: skip
-            self._add(spark, enriched.transform(by_country.orders_by_country_5m),
-                      self.tables.countries, by_country.KEY_COLUMNS, by_country.VALUE_COLUMNS,
-                      "countries", batch_id, lo, hi)  # fmt: skip
+            revenue = enriched.transform(by_category.revenue_by_category_1m)
+            countries = enriched.transform(by_country.orders_by_country_5m)
+            if self.conf.gold.check_quality_per_batch:
+                from pipelines.quality import check_frames
+
+                # a batch that fails a `fail` suite is not written: the query stops on it
+                check_frames(spark, self.conf, {
+                    "gold/revenue_by_category_1m": (revenue, None),
+                    "gold/orders_by_country_5m": (countries, None),
+                }, scope=f"batch {batch_id}")  # fmt: skip
+            self._add(spark, revenue, self.tables.revenue, by_category.KEY_COLUMNS,
+                      by_category.VALUE_COLUMNS, "revenue", batch_id, lo, hi)  # fmt: skip
+            self._add(spark, countries, self.tables.countries, by_country.KEY_COLUMNS,
+                      by_country.VALUE_COLUMNS, "countries", batch_id, lo, hi)  # fmt: skip
             enriched.unpersist()
             newest_after = max(x for x in (newest, stats[0]) if x is not None)
             progress = spark.createDataFrame(

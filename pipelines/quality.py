@@ -16,14 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from gold.expectations import Suite, suites
 from pipelines.config import LakehouseConf
 
 RESULTS_SCHEMA = (
-    "run_id string, run_at timestamp, table string, table_version bigint, suite string, "
-    "expectation string, column string, success boolean, observed_value string, "
+    "run_id string, run_at timestamp, table string, table_version bigint, scope string, "
+    "suite string, expectation string, column string, success boolean, observed_value string, "
     "unexpected_count bigint"
 )
 
@@ -36,7 +36,7 @@ class QualityCheckFailedError(RuntimeError):
 class SuiteOutcome:
     suite: str
     table: str
-    table_version: int
+    table_version: int | None
     success: bool
     failures: list[str]
 
@@ -69,7 +69,26 @@ def _describe(result) -> tuple[str, str | None, str, int | None]:
 def run_quality(
     spark: SparkSession, conf: LakehouseConf, tables: list[str] | None = None
 ) -> list[SuiteOutcome]:
-    """Run the suites (of `tables`, or all whose table exists) and record their results."""
+    """Run the suites (of `tables`, or all whose table exists) on the tables as they are now."""
+    frames = {}
+    for suite in suites(conf.quality.unknown_share_max):
+        path = conf.table_path(suite.table)
+        if (tables is None or suite.table in tables) and DeltaTable.isDeltaTable(spark, path):
+            version = DeltaTable.forPath(spark, path).history(1).first()["version"]
+            df = spark.read.format("delta").option("versionAsOf", version).load(path)
+            frames[suite.table] = (df, version)
+    return check_frames(spark, conf, frames, scope="table")
+
+
+def check_frames(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    frames: dict[str, tuple[DataFrame, int | None]],
+    *,
+    scope: str,
+) -> list[SuiteOutcome]:
+    """Run the suites of the given tables on the given DataFrames (a whole table, or one
+    micro-batch's rows), record the results and apply each suite's policy."""
     import great_expectations as gx
 
     context = _context(conf)
@@ -78,22 +97,19 @@ def run_quality(
     run_at = datetime.now(UTC).replace(tzinfo=None)
     rows, outcomes = [], []
     for suite in suites(conf.quality.unknown_share_max):
-        if tables is not None and suite.table not in tables:
+        if suite.table not in frames:
             continue
-        path = conf.table_path(suite.table)
-        if not DeltaTable.isDeltaTable(spark, path):
-            continue
-        version = DeltaTable.forPath(spark, path).history(1).first()["version"]
-        df = suite.prepare(spark.read.format("delta").option("versionAsOf", version).load(path))
-        result = _validate(gx, context, source, suite, df)
+        frame, version = frames[suite.table]
+        result = _validate(gx, context, source, suite, suite.prepare(frame))
+        where = f"{suite.table} ({scope if version is None else f'version {version}'})"
         failures = []
         for r in result.results:
             expectation, column, observed, unexpected = _describe(r)
-            rows.append((run_id, run_at, suite.table, version, suite.name, expectation, column,
-                         bool(r.success), observed, unexpected))  # fmt: skip
+            rows.append((run_id, run_at, suite.table, version, scope, suite.name, expectation,
+                         column, bool(r.success), observed, unexpected))  # fmt: skip
             if not r.success:
                 failures.append(
-                    f"{suite.table} (version {version}): {expectation}"
+                    f"{where}: {expectation}"
                     f"{f' on {column}' if column else ''} failed"
                     f"{f', {unexpected} unexpected values' if unexpected else ''}"
                     f"{f', observed {observed}' if observed not in ('null', None) else ''}"

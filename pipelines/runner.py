@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
@@ -60,6 +61,16 @@ def run_query(
             signal.signal(sig, handler)
 
 
-def first_line(message: str, limit: int = 500) -> str:
-    """The first meaningful line of a (Java) error message."""
-    return next((ln for ln in message.splitlines() if ln.strip()), message)[:limit]
+def first_line(message: str, limit: int = 2000) -> str:
+    """What a person needs from a streaming failure: our own error raised inside a micro-batch
+    (with its indented detail lines), else the first meaningful line of the (Java) message."""
+    lines = message.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if re.match(r"^(pipelines\.[\w.]+\.)?\w+(Error|Exception): ", lines[i]) and "pipelines." in lines[i]:
+            detail = [lines[i]]
+            for line in lines[i + 1 :]:
+                if not line.startswith(("  ", "(")):
+                    break
+                detail.append(line)
+            return "\n".join(detail)[:limit]
+    return next((ln for ln in lines if ln.strip()), message)[:limit]

@@ -175,3 +175,63 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     failed = results.where("not success").select("table", "expectation", "column").collect()
     assert [tuple(r) for r in failed] == [("silver/orders", "expect_column_values_to_be_unique", "order_id")]
     assert results.select("run_id").distinct().count() == 2
+
+
+def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_run(spark, lake, tmp_path):
+    import os
+    import random
+    import shutil
+
+    from pipelines.silver import silver_tables
+    from tests import helpers
+    from tests.conftest import subprocess_env
+
+    seed_dimensions(spark, lake)
+    # many small silver commits, so that gold (1 file a batch) has several micro-batches to do
+    for i in range(8):
+        produce(lake, 100 + i, 40, START + timedelta(minutes=3 * i))
+        run_bronze(spark, lake, once=True, progress=False)
+        run_silver(spark, lake, once=True, progress=False)
+    tables = gold_tables(lake)
+    reference = lake.with_overrides(storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref")))
+    ref_tables = gold_tables(reference)
+    for src, dst in ((tables.events, ref_tables.events), (tables.products, ref_tables.products),
+                     (tables.customers, ref_tables.customers)):  # fmt: skip
+        shutil.copytree(src, dst)
+
+    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "2468")))
+    env = subprocess_env(lake, LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1")
+    log = tmp_path / "gold.log"
+    killed = helpers.kill_at_random_instants("pipelines.jobs.gold_job", env, log, tables.progress, rng,
+                                             batches=(1, 2), jitter_s=1.0)  # fmt: skip
+    assert killed == 3, "gold finished before it could be killed"
+    final = helpers.start_job("pipelines.jobs.gold_job", env, log, "--once")
+    assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+
+    slow = reference.with_overrides(gold=dataclasses.replace(reference.gold, max_files_per_trigger=1))
+    run_gold(spark, slow, once=True, progress=False)
+    for mine, theirs in ((tables.revenue, ref_tables.revenue), (tables.countries, ref_tables.countries),
+                         (tables.late, ref_tables.late)):  # fmt: skip
+        assert table(spark, mine) == table(spark, theirs)
+    assert silver_tables(lake, lake.streams["orders"]).events == tables.events
+
+
+def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
+    from pipelines.gold import GoldFailedError
+
+    conf = lake.with_overrides(gold=dataclasses.replace(
+        lake.gold, max_files_per_trigger=None, check_quality_per_batch=True))  # fmt: skip
+    seed_dimensions(spark, conf)
+    produce(conf, 96, 60, START, unknown_dimension_rate=0.0)
+    run_all(spark, conf)  # passes its checks
+    tables = gold_tables(conf)
+    before = (table(spark, tables.revenue), table(spark, tables.countries))
+    assert before[0] and before[1]
+    produce(conf, 97, 60, START + timedelta(minutes=3), unknown_dimension_rate=1.0)
+    run_bronze(spark, conf, once=True, progress=False)
+    run_silver(spark, conf, once=True, progress=False)
+    with pytest.raises(GoldFailedError, match=r"expect_column_values_to_not_be_in_set on (category|country) failed"):
+        run_gold(spark, conf, once=True, progress=False)
+    assert (table(spark, tables.revenue), table(spark, tables.countries)) == before
+    scopes = {r["scope"] for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()}
+    assert scopes == {"batch 0", "batch 1"}
