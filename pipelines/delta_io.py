@@ -60,3 +60,29 @@ def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -
                         attempt, delay)  # fmt: skip
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def start_delta_to_batches(
+    spark: SparkSession,
+    source: str,
+    sink: Callable,
+    *,
+    name: str,
+    checkpoint: str,
+    max_files_per_trigger: int | None,
+    once: bool,
+    trigger_interval: str,
+):
+    """Stream a Delta table's new rows into a foreachBatch sink: available-now or continuous."""
+    reader = spark.readStream.format("delta")
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    trigger = {"availableNow": True} if once else {"processingTime": trigger_interval}
+    return (
+        reader.load(source)
+        .writeStream.queryName(name)
+        .foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .start()
+    )

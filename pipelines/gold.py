@@ -29,7 +29,7 @@ from gold.dimensions import with_dimensions
 from gold.late_events import late_events, on_time_events
 from pipelines import checkpoints
 from pipelines.config import LakehouseConf
-from pipelines.delta_io import idempotent_txn, retry_on_conflict
+from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
 from pipelines.runner import first_line, run_query
 from pipelines.silver import silver_tables
 
@@ -209,17 +209,15 @@ def start_gold(spark: SparkSession, conf: LakehouseConf, *, once: bool = False) 
         if not DeltaTable.isDeltaTable(spark, path):
             raise GoldFailedError(f"{path} does not exist yet ({what})")
     ensure_gold_tables(spark, tables)
-    reader = spark.readStream.format("delta")
-    if conf.gold.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", conf.gold.max_files_per_trigger)
-    trigger = {"availableNow": True} if once else {"processingTime": conf.gold.trigger_interval}
-    return (
-        reader.load(tables.events)
-        .writeStream.queryName("gold_orders")
-        .foreachBatch(UpsertGold(conf, tables))
-        .option("checkpointLocation", tables.checkpoint)
-        .trigger(**trigger)
-        .start()
+    return start_delta_to_batches(
+        spark,
+        tables.events,
+        UpsertGold(conf, tables),
+        name="gold_orders",
+        checkpoint=tables.checkpoint,
+        max_files_per_trigger=conf.gold.max_files_per_trigger,
+        once=once,
+        trigger_interval=conf.gold.trigger_interval,
     )
 
 

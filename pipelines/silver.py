@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from pipelines import checkpoints
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.delta_io import idempotent_txn, retry_on_conflict
+from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
 from pipelines.runner import first_line, run_query
 from silver.order_events import (
     ORDER_EVENTS_SCHEMA,
@@ -174,17 +174,15 @@ def start_silver(
             f"bronze table {tables.bronze} does not exist yet: run `lakehouse run bronze` first"
         )
     ensure_silver_tables(spark, tables)
-    reader = spark.readStream.format("delta")
-    if conf.silver.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", conf.silver.max_files_per_trigger)
-    trigger = {"availableNow": True} if once else {"processingTime": conf.silver.trigger_interval}
-    return (
-        reader.load(tables.bronze)
-        .writeStream.queryName(f"silver_{tables.names[0].split('/')[-1]}")
-        .foreachBatch(UpsertSilver(tables))
-        .option("checkpointLocation", tables.checkpoint)
-        .trigger(**trigger)
-        .start()
+    return start_delta_to_batches(
+        spark,
+        tables.bronze,
+        UpsertSilver(tables),
+        name=f"silver_{tables.names[0].split('/')[-1]}",
+        checkpoint=tables.checkpoint,
+        max_files_per_trigger=conf.silver.max_files_per_trigger,
+        once=once,
+        trigger_interval=conf.silver.trigger_interval,
     )
 
 
