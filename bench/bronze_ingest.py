@@ -72,7 +72,9 @@ def main() -> None:
     conf = conf.with_overrides(
         storage=StorageConf(root=str(root)),
         streams={"orders": stream},
-        bronze=dataclasses.replace(conf.bronze, max_offsets_per_trigger=args.max_offsets_per_trigger),
+        bronze=dataclasses.replace(
+            conf.bronze, max_offsets_per_trigger=args.max_offsets_per_trigger
+        ),
         spark=dataclasses.replace(conf.spark, driver_memory="4g"),
     )
     # ~2.4 records per order once re-deliveries and invalid records are added
@@ -102,9 +104,13 @@ def main() -> None:
     steady_ratio = steady / perf["records_per_s"]
     print(f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
           f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)")  # fmt: skip
-    print(f"bronze batches only: {len(batches)} batches in {batch_seconds:.1f}s = {steady:,.0f} rows/s")
-    print(f"ratio bronze / ConsumerPerformance: {ratio:.3f} (1 / {1 / ratio:.1f}) end to end, "
-          f"{steady_ratio:.3f} (1 / {1 / steady_ratio:.1f}) in batches")
+    print(
+        f"bronze batches only: {len(batches)} batches in {batch_seconds:.1f}s = {steady:,.0f} rows/s"
+    )
+    print(
+        f"ratio bronze / ConsumerPerformance: {ratio:.3f} (1 / {1 / ratio:.1f}) end to end, "
+        f"{steady_ratio:.3f} (1 / {1 / steady_ratio:.1f}) in batches"
+    )
     results = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "records": n,

@@ -56,9 +56,9 @@ def seed_orders(spark: SparkSession, path: str, rows: int) -> None:
             (F.col("id") % 5 + 1).alias("quantity"),
             ((F.col("id") % 50000) / 100).cast("decimal(12,2)").alias("unit_price"),
             F.lit("EUR").alias("currency"),
-            (F.lit(datetime(2026, 11, 22, 10, 0)) + F.make_interval(secs=F.col("id") % 86400)).alias(
-                "updated_at"
-            ),
+            (
+                F.lit(datetime(2026, 11, 22, 10, 0)) + F.make_interval(secs=F.col("id") % 86400)
+            ).alias("updated_at"),
         )
         .select(*ORDER_COLUMNS)
         .write.format("delta")
@@ -129,7 +129,9 @@ def main() -> None:
         n = 0
         figures = {}
         for mode in ("bounded", "unbounded"):
-            merge_batch(spark, tables.state, batch_events(spark, size, args.batch, n), True)  # warm-up
+            merge_batch(
+                spark, tables.state, batch_events(spark, size, args.batch, n), True
+            )  # warm-up
             n += 1
             times = []
             for _ in range(args.batches):
@@ -144,13 +146,17 @@ def main() -> None:
         assert rows == expected, f"{rows} rows, expected {expected}"
         results[str(size)] = figures
     small, large = str(min(args.sizes)), str(max(args.sizes))
-    summary = {mode: results[large][mode] / results[small][mode] for mode in ("bounded", "unbounded")}
+    summary = {
+        mode: results[large][mode] / results[small][mode] for mode in ("bounded", "unbounded")
+    }
     print(f"ratio {int(large):,} / {int(small):,} rows: bounded {summary['bounded']:.2f}, "
           f"unbounded {summary['unbounded']:.2f}")  # fmt: skip
     out_dir = Path(__file__).parent / "results"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.write_text(json.dumps({"batch": args.batch, "seconds": results, "ratio": summary}, indent=2))
+    out.write_text(
+        json.dumps({"batch": args.batch, "seconds": results, "ratio": summary}, indent=2)
+    )
     print(f"results: {out}")
 
 

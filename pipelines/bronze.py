@@ -40,7 +40,7 @@ from bronze.raw_records import (
 from pipelines import checkpoints
 from pipelines.config import LakehouseConf, StreamConf
 from pipelines.kafka_io import redacted, spark_kafka_options, topic_watermarks
-from pipelines.runner import first_line, run_query
+from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
 
 log = logging.getLogger("lakehouse.bronze")
 
@@ -116,7 +116,9 @@ def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, i
     return {r["partition"]: r["max_offset"] for r in rows}
 
 
-def record_gaps(spark: SparkSession, gaps_path: str, gaps: list[OffsetGap], detected_by: str) -> None:
+def record_gaps(
+    spark: SparkSession, gaps_path: str, gaps: list[OffsetGap], detected_by: str
+) -> None:
     """Add gaps to the gaps table, once each (keyed by topic, partition and first offset)."""
     if not gaps:
         return
@@ -165,6 +167,7 @@ class AppendRawRecords:
         return self._app_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        refuse_new_batch_when_stopping(batch_id)
         (
             batch.write.format("delta")
             .mode("append")
@@ -211,7 +214,9 @@ def start_bronze(
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
     topic = stream.topic
-    watermarks = topic_watermarks(conf, topic)  # names the broker if unreachable, the topic if missing
+    watermarks = topic_watermarks(
+        conf, topic
+    )  # names the broker if unreachable, the topic if missing
     ensure_bronze_tables(spark, tables)
 
     next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)

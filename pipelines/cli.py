@@ -8,6 +8,9 @@
     lakehouse seed                        dimensions/products and customers from conf/seeds
     lakehouse run gold [--once]           silver -> gold windows and gold/late_events
     lakehouse dq [TABLE ...]              data-quality suites; results to quality/results and Data Docs
+    lakehouse jobs run SPEC [--param k=v]  a Databricks-style job spec, tasks as spark-submit
+    lakehouse jobs validate SPEC          check a spec without running it
+    lakehouse jobs runs [--run-id N]      the recorded runs, one line per task attempt
     lakehouse demo                        all of the above on the embedded default, with a summary
     lakehouse jars                        the jars for `spark-submit --jars`
     lakehouse config                      the effective configuration (secrets hidden)
@@ -38,6 +41,40 @@ TWIST_DEFAULTS = {
 }
 
 
+def jobs_command(conf: LakehouseConf, args: argparse.Namespace) -> int:
+    from pipelines.jobs_runner import JobRunner, read_runs
+    from pipelines.jobs_spec import InvalidJobSpecError, load_job_spec
+
+    if args.action == "runs":
+        rows = read_runs(conf, args.run_id, args.limit)
+        if not rows:
+            print(f"no recorded runs in {conf.table_path('_jobs/runs')}")
+            return 0
+        print(f"{'run_id':<14} {'job':<20} {'task':<12} {'try':>3} {'state':<15} {'start (UTC)':<19} "
+              f"{'secs':>7}  log / message")  # fmt: skip
+        for r in rows:
+            print(f"{r['run_id']:<14} {r['job']:<20} {r['task']:<12} {r['attempt']:>3} {r['state']:<15} "
+                  f"{r['start_time']:%Y-%m-%d %H:%M:%S} {r['duration_s']:>7.1f}  "
+                  f"{r['message'] or r['log_path']}")  # fmt: skip
+        return 0
+    spec = load_job_spec(args.spec)
+    if args.action == "validate":
+        print(f"job spec {args.spec} is valid: job {spec.name!r}, {len(spec.tasks)} tasks")
+        for t in spec.tasks:
+            after = f" after {', '.join(t.depends_on)} ({t.run_if})" if t.depends_on else ""
+            print(f"  {t.key}: {t.python_file.name} {' '.join(t.parameters)}{after}")
+        return 0
+    params = {}
+    for p in args.param:
+        if "=" not in p:
+            raise InvalidJobSpecError(f"--param {p!r}: expected NAME=VALUE")
+        k, v = p.split("=", 1)
+        params[k] = v
+    run = JobRunner(conf, spec, parameters=params, grace_seconds=args.grace_seconds,
+                    echo=lambda m: print(m, file=sys.stderr, flush=True)).run()  # fmt: skip
+    return {"SUCCESS": 0, "CANCELED": 130}.get(run.state, 1)
+
+
 def _add_produce_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--orders", type=int, help="number of orders (each 1-3 events)")
     p.add_argument("--seed", type=int, help="random seed: same seed, same records")
@@ -50,11 +87,18 @@ def _add_produce_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invalid", type=float, default=0.0, help="invalid records, share of events")
     p.add_argument("--null-keys", type=float, default=0.0, help="share of events with null key")
     p.add_argument("--extra-fields", type=float, default=0.0, help="share with unknown fields")
-    p.add_argument("--unknown-dimensions", type=float, default=0.0,
-                   help="share of events whose product/customer is not in the dimensions")
-    p.add_argument("--all-twists", action="store_true",
-                   help="every twist at a realistic rate: " + ", ".join(
-                       f"{k.replace('_', '-')} {v}" for k, v in TWIST_DEFAULTS.items()))
+    p.add_argument(
+        "--unknown-dimensions",
+        type=float,
+        default=0.0,
+        help="share of events whose product/customer is not in the dimensions",
+    )
+    p.add_argument(
+        "--all-twists",
+        action="store_true",
+        help="every twist at a realistic rate: "
+        + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in TWIST_DEFAULTS.items()),
+    )
     p.add_argument("--report", type=Path, help="write the counts per kind as JSON here")
     p.add_argument("--manifest", type=Path, help="write every record (partition, offset, kind, "
                    "value) as JSON lines here")  # fmt: skip
@@ -70,7 +114,9 @@ def produce_command(conf: LakehouseConf, args: argparse.Namespace) -> dict:
         rates = {k: (v or TWIST_DEFAULTS[k]) for k, v in rates.items()}
     start = args.start_time or conf.producer.start_time
     start_time = (
-        datetime.now(UTC) if start == "now" else datetime.fromisoformat(start.replace("Z", "+00:00"))
+        datetime.now(UTC)
+        if start == "now"
+        else datetime.fromisoformat(start.replace("Z", "+00:00"))
     )
     options = StreamOptions(
         orders=args.orders if args.orders is not None else conf.producer.orders,
@@ -103,8 +149,9 @@ def _effective(conf: LakehouseConf) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lakehouse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("setup", help="fetch the JVM jars once")
@@ -122,6 +169,28 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("seed", help="load the dimension tables from the seed files")
     dq = sub.add_parser("dq", help="run the data-quality suites (Great Expectations)")
     dq.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
+    jobs = sub.add_parser("jobs", help="Databricks-style multi-task jobs on open-source Spark")
+    jobs_sub = jobs.add_subparsers(dest="action", required=True)
+    jobs_run = jobs_sub.add_parser("run", help="run a job spec (conf/jobs/*.yaml)")
+    jobs_run.add_argument("spec", type=Path)
+    jobs_run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a job parameter (repeatable)",
+    )
+    jobs_run.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=120,
+        help="how long a stopped task may take to stop before SIGKILL",
+    )
+    jobs_validate = jobs_sub.add_parser("validate", help="check a job spec")
+    jobs_validate.add_argument("spec", type=Path)
+    jobs_runs = jobs_sub.add_parser("runs", help="list recorded runs")
+    jobs_runs.add_argument("--run-id", type=int)
+    jobs_runs.add_argument("--limit", type=int, default=10, help="newest runs to show")
     sub.add_parser("jars", help="comma-separated jars for spark-submit --jars")
     sub.add_parser("config", help="print the effective configuration")
     args = parser.parse_args(argv)
@@ -166,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines.quality import run_quality
             from pipelines.spark import build_spark
 
-            outcomes = run_quality(build_spark(conf, app_name="lakehouse-dq"), conf, args.tables or None)
+            outcomes = run_quality(
+                build_spark(conf, app_name="lakehouse-dq"), conf, args.tables or None
+            )
             for o in outcomes:
                 print(f"quality: {o.suite:<30} {'passed' if o.success else 'FAILED (warn)'}")
+        elif args.command == "jobs":
+            return jobs_command(conf, args)
         elif args.command == "jars":
             from pipelines.jars import spark_jars
 

@@ -193,7 +193,9 @@ class LakehouseConf:
 def _table_rel(table: str) -> Path:
     parts = re.split(r"[./]", table)
     if not all(re.fullmatch(r"[A-Za-z0-9_\-]+", p) for p in parts):
-        raise InvalidConfigError(f"bad table name {table!r}: use layer/name, e.g. bronze/orders_raw")
+        raise InvalidConfigError(
+            f"bad table name {table!r}: use layer/name, e.g. bronze/orders_raw"
+        )
     return Path(*parts)
 
 
@@ -245,9 +247,7 @@ def _apply_env_overrides(raw: dict[str, Any], sources: dict[str, str]) -> None:
         sources[".".join(keys)] = f"environment variable {name}"
 
 
-_DURATION = re.compile(
-    r"^\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?)$", re.IGNORECASE
-)
+_DURATION = re.compile(r"^\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?)$", re.IGNORECASE)
 # Checks beyond the type, keyed by the field's dotted name.
 _CHECKS: dict[str, tuple[Any, str]] = {
     "bronze.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
@@ -311,9 +311,7 @@ def _convert(tp: Any, value: Any, key: str, file: str, sources: dict[str, str]) 
         if not isinstance(value, dict):
             raise InvalidConfigError(f"{key} in {where}: expected a mapping, got {value!r}")
         vt = args[1]
-        return {
-            str(k): _convert(vt, v, f"{key}.{k}", file, sources) for k, v in value.items()
-        }
+        return {str(k): _convert(vt, v, f"{key}.{k}", file, sources) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, f"{key}.", file, sources)
     if tp is bool:

@@ -57,7 +57,9 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
     gaps = spark.read.format("delta").load(tables.gaps).count()
     out = sys.stdout
     print("\n=== lakehouse demo: summary ===", file=out)
-    print(f"produced this run   {report.counts['records']:>10,} records to {stream.topic}", file=out)
+    print(
+        f"produced this run   {report.counts['records']:>10,} records to {stream.topic}", file=out
+    )
     for k, v in report.counts.items():
         if k != "records" and v:
             print(f"  {k:<30} {v:>8,}", file=out)
@@ -96,7 +98,9 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
     for r in countries.orderBy(F.desc("order_value"), "window_start").limit(5).collect():
         print(f"  {r['window_start']:%H:%M}-{r['window_end']:%H:%M} {r['country']:<8} "
               f"{r['created_orders']:>3} orders {r['order_value']:>14,}", file=out)  # fmt: skip
-    print(f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)", file=out)
+    print(
+        f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)", file=out
+    )
     print(f"gold run            {gold_seconds:>10.1f} s, start-up included", file=out)
     from pipelines.quality import QualityCheckFailedError, run_quality
 

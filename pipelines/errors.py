@@ -14,6 +14,7 @@ def _known() -> tuple[type[BaseException], ...]:
     from pipelines.config import InvalidConfigError
     from pipelines.gold import GoldFailedError
     from pipelines.jars import JarResolutionError
+    from pipelines.jobs_spec import InvalidJobSpecError
     from pipelines.kafka_io import KafkaUnreachableError, TopicMissingError
     from pipelines.kafka_local import LocalBrokerError
     from pipelines.produce import ProduceError
@@ -23,7 +24,7 @@ def _known() -> tuple[type[BaseException], ...]:
     return (
         BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
         KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
-        GoldFailedError, QualityCheckFailedError,
+        GoldFailedError, QualityCheckFailedError, InvalidJobSpecError,
     )  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from gold.late_events import late_events, on_time_events
 from pipelines import checkpoints
 from pipelines.config import LakehouseConf
 from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import first_line, run_query
+from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
 from pipelines.silver import silver_tables
 
 PRODUCTS_SCHEMA = "product_id string, name string, category string, list_price decimal(12,2)"
@@ -88,7 +88,12 @@ def seed_dimensions(spark: SparkSession, conf: LakehouseConf) -> dict[str, int]:
         file = conf.seed_dir / f"{name}.csv"
         if not file.is_file():
             raise GoldFailedError(f"seed file {file} is missing (gold.seed_dir in {conf.source})")
-        df = spark.read.option("header", True).option("mode", "FAILFAST").schema(schema).csv(str(file))
+        df = (
+            spark.read.option("header", True)
+            .option("mode", "FAILFAST")
+            .schema(schema)
+            .csv(str(file))
+        )
         df.write.format("delta").mode("overwrite").save(path)
         counts[name] = spark.read.format("delta").load(path).count()
     return counts
@@ -135,10 +140,13 @@ class UpsertGold:
     def newest_before(self, spark: SparkSession, batch_id: int) -> datetime | None:
         """Newest event time processed by earlier batches (a replay sees the same value)."""
         rows = spark.read.format("delta").load(self.tables.progress)
-        earlier = rows.where(~((F.col("query_id") == self.query_id()) & (F.col("batch_id") >= batch_id)))
+        earlier = rows.where(
+            ~((F.col("query_id") == self.query_id()) & (F.col("batch_id") >= batch_id))
+        )
         return earlier.agg(F.max("newest_event_time")).first()[0]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        refuse_new_batch_when_stopping(batch_id)
         spark = batch.sparkSession
         events = batch.persist()
         try:
@@ -146,7 +154,9 @@ class UpsertGold:
             stats = events.agg(F.max("event_time"), F.min("event_time")).first()
             if stats[0] is None:
                 return
-            self._append(late_events(events, newest, self.lateness_s), self.tables.late, "late", batch_id)
+            self._append(
+                late_events(events, newest, self.lateness_s), self.tables.late, "late", batch_id
+            )
             on_time = on_time_events(events, newest, self.lateness_s)
             products = spark.read.format("delta").load(self.tables.products)
             customers = spark.read.format("delta").load(self.tables.customers)

@@ -64,7 +64,9 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
         user = (k.sasl_username or "").replace('"', '\\"')
         secret = (_password(conf) or "").replace('"', '\\"')
         options["kafka.sasl.mechanism"] = k.sasl_mechanism
-        options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{secret}";'
+        options["kafka.sasl.jaas.config"] = (
+            f'{module} required username="{user}" password="{secret}";'
+        )
     if k.ssl_ca_location:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = k.ssl_ca_location

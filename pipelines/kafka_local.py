@@ -191,9 +191,13 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                 capture_output=True, text=True,
             )  # fmt: skip
             if fmt.returncode != 0:
-                raise LocalBrokerError(f"formatting Kafka storage in {p['data']} failed: "
-                                       f"{(fmt.stderr or fmt.stdout).strip()[-800:]}")
-        say(f"kafka: starting Apache Kafka {b.version} (KRaft) at {_address(conf)}, data in {p['dir']}")
+                raise LocalBrokerError(
+                    f"formatting Kafka storage in {p['data']} failed: "
+                    f"{(fmt.stderr or fmt.stdout).strip()[-800:]}"
+                )
+        say(
+            f"kafka: starting Apache Kafka {b.version} (KRaft) at {_address(conf)}, data in {p['dir']}"
+        )
         with open(p["out"], "ab") as out:
             proc = subprocess.Popen(
                 [java, f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC",

@@ -19,7 +19,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from gold.expectations import Suite, suites
-from pipelines.config import LakehouseConf
+from pipelines.config import InvalidConfigError, LakehouseConf
 
 RESULTS_SCHEMA = (
     "run_id string, run_at timestamp, table string, table_version bigint, scope string, "
@@ -60,7 +60,9 @@ def _context(conf: LakehouseConf):
 def _describe(result) -> tuple[str, str | None, str, int | None]:
     cfg = result.expectation_config
     kwargs = dict(cfg.kwargs)
-    column = kwargs.get("column") or (",".join(kwargs["column_list"]) if "column_list" in kwargs else None)
+    column = kwargs.get("column") or (
+        ",".join(kwargs["column_list"]) if "column_list" in kwargs else None
+    )
     observed = result.result.get("observed_value")
     unexpected = result.result.get("unexpected_count")
     return cfg.type, column, json.dumps(observed, default=str), unexpected
@@ -71,6 +73,11 @@ def run_quality(
 ) -> list[SuiteOutcome]:
     """Run the suites (of `tables`, or all whose table exists) on the tables as they are now."""
     frames = {}
+    known = [s.table for s in suites(conf.quality.unknown_share_max)]
+    unknown = sorted(set(tables or ()) - set(known))
+    if unknown:
+        raise InvalidConfigError(f"no quality suite for {', '.join(unknown)}; suites exist for "
+                                 f"{', '.join(known)}")  # fmt: skip
     for suite in suites(conf.quality.unknown_share_max):
         path = conf.table_path(suite.table)
         if (tables is None or suite.table in tables) and DeltaTable.isDeltaTable(spark, path):
@@ -114,7 +121,9 @@ def check_frames(
                     f"{f', {unexpected} unexpected values' if unexpected else ''}"
                     f"{f', observed {observed}' if observed not in ('null', None) else ''}"
                 )
-        outcomes.append(SuiteOutcome(suite.name, suite.table, version, bool(result.success), failures))
+        outcomes.append(
+            SuiteOutcome(suite.name, suite.table, version, bool(result.success), failures)
+        )
     if rows:
         spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(
             conf.table_path("quality/results")

@@ -13,6 +13,42 @@ from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.progress import ConsoleProgress
 
+# Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
+STOPPING = threading.Event()
+
+
+class StopRequested(RuntimeError):
+    """Raised by a sink at the start of a micro-batch once a stop was requested: nothing of the
+    batch is written, and the restarted query runs it again."""
+
+
+def refuse_new_batch_when_stopping(batch_id: int) -> None:
+    """Call first in every foreachBatch sink: a graceful stop never leaves a batch half-written."""
+    if STOPPING.is_set():
+        raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
+
+
+def _jvm_ignores_sigterm() -> Callable[[], None]:
+    """Make the driver's JVM ignore SIGTERM while a query runs; returns the undo.
+
+    A whole process group gets SIGTERM at once (a job runner, systemd, Kubernetes): the JVM would
+    run its shutdown hooks and stop the SparkContext under the running micro-batch. Ignoring it
+    leaves the stop to this Python driver, which ends the query between micro-batches; the JVM
+    goes when the driver does. (SIGINT already skips pyspark's JVM.)
+    """
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return lambda: None
+    try:
+        jvm_signal = sc._jvm.sun.misc.Signal
+        term = jvm_signal("TERM")
+        previous = jvm_signal.handle(term, sc._jvm.sun.misc.SignalHandler.SIG_IGN)
+    except Exception:  # not a JVM that allows it: keep its default
+        return lambda: None
+    return lambda: jvm_signal.handle(term, previous)
+
 
 def run_query(
     start: Callable[[], StreamingQuery],
@@ -23,8 +59,10 @@ def run_query(
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
-    A signal stops the query between micro-batches, so nothing is half-written; a failure is
-    re-raised as the readable error that `explain` makes of it. Returns the finished query.
+    A signal stops the query between micro-batches, so nothing is half-written: the batch in
+    flight finishes and commits, a batch starting after the signal writes nothing (its sink
+    refuses it), and the query is stopped only while no trigger is active. A failure is re-raised
+    as the readable error that `explain` makes of it. Returns the finished query.
     """
     console = ConsoleProgress(name) if progress else None
     stop_requested = threading.Event()
@@ -32,23 +70,36 @@ def run_query(
     def request_stop(signum, _frame):
         print(f"{name}: {signal.Signals(signum).name} received, stopping after the current batch",
               file=sys.stderr, flush=True)  # fmt: skip
+        STOPPING.set()
         stop_requested.set()
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, request_stop)
+    restore_jvm = lambda: None  # noqa: E731
     try:
         query = start()
+        if previous:
+            restore_jvm = _jvm_ignores_sigterm()
         if console:
-            print(f"[{name}] query {query.name} started (id {query.id})", file=sys.stderr, flush=True)
+            print(
+                f"[{name}] query {query.name} started (id {query.id})", file=sys.stderr, flush=True
+            )
         while query.isActive and not stop_requested.is_set():
             query.awaitTermination(1)
             if console:
                 console.update(query)
         if stop_requested.is_set():
+            # Spark's stop() interrupts a running batch: wait until none is running
+            while query.isActive and query.status["isTriggerActive"]:
+                query.awaitTermination(0.1)
             query.stop()
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as e:
+            if not (STOPPING.is_set() and "StopRequested" in str(e)):
+                raise
         if console:
             console.update(query)
             print(f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
@@ -57,6 +108,8 @@ def run_query(
     except StreamingQueryException as e:
         raise explain(e) from None
     finally:
+        restore_jvm()
+        STOPPING.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -66,7 +119,10 @@ def first_line(message: str, limit: int = 2000) -> str:
     (with its indented detail lines), else the first meaningful line of the (Java) message."""
     lines = message.splitlines()
     for i in range(len(lines) - 1, -1, -1):
-        if re.match(r"^(pipelines\.[\w.]+\.)?\w+(Error|Exception): ", lines[i]) and "pipelines." in lines[i]:
+        if (
+            re.match(r"^(pipelines\.[\w.]+\.)?\w+(Error|Exception): ", lines[i])
+            and "pipelines." in lines[i]
+        ):
             detail = [lines[i]]
             for line in lines[i + 1 :]:
                 if not line.startswith(("  ", "(")):

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines import checkpoints
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
 from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import first_line, run_query
+from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
 from silver.order_events import (
     ORDER_EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -114,6 +114,7 @@ class UpsertSilver:
         return f"silver:{table}:{self._query_id}"
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        refuse_new_batch_when_stopping(batch_id)
         spark = batch.sparkSession
         events_name, state_name, quarantine_name = self.tables.names
         parsed = batch.transform(parse_order_events).persist()

@@ -81,14 +81,19 @@ def _is_number(t: Column) -> Column:
     return _is_integer(t) | t.startswith("DECIMAL") | (t == "DOUBLE")
 
 
-def invalid_reason(value: Column) -> Column:
+def invalid_reason(value: Column, parsed: Column | None = None) -> Column:
     """Why a raw Kafka value is not a valid order event, or null when it is valid.
 
     The first failing check wins, in the order a person would look: encoding, JSON, object,
-    presence, types, then the spec's rules.
+    presence, types, then the spec's rules. `parsed` is `try_parse_json` of the value when the
+    caller has it as a column already: the checks then read it instead of parsing again.
     """
+    return F.coalesce(*[F.when(c, message) for c, message in _checks(value, parsed)])
+
+
+def _checks(value: Column, parsed: Column | None) -> list[tuple[Column, Column]]:
     text = value.cast("string")
-    v = F.try_parse_json(text)
+    v = F.try_parse_json(text) if parsed is None else parsed
     top = F.schema_of_variant(v)
     checks: list[tuple[Column, Column]] = [
         (value.isNull(), F.lit("value is null")),
@@ -135,10 +140,7 @@ def invalid_reason(value: Column) -> Column:
          F.concat(F.lit("event_time is not an ISO-8601 instant with offset: '"),
                   F.try_variant_get(v, "$.event_time", "string"), F.lit("'"))),
     ]  # fmt: skip
-    reason = F.lit(None).cast("string")
-    for condition, message in reversed(checks):
-        reason = F.when(F.coalesce(condition, F.lit(False)), message).otherwise(reason)
-    return reason
+    return checks
 
 
 def _exact_price(v: Column) -> Column:
@@ -152,9 +154,12 @@ def _event_time(v: Column) -> Column:
 
 def parse_order_events(raw: DataFrame) -> DataFrame:
     """Bronze rows with the event's typed fields and `reason` (null when the record is valid)."""
-    v = F.try_parse_json(F.col("value").cast("string"))
+    # The JSON is parsed once into its own column, which the dozens of checks read: alone, the
+    # reason expression parsed it again per check (25 s instead of 7 s for 300,000 records).
+    with_json = raw.withColumn("_json", F.try_parse_json(F.col("value").cast("string")))
+    v = F.col("_json")
     event_time = _event_time(v)
-    return raw.select(
+    return with_json.select(
         *KAFKA_COORDINATES,
         "kafka_timestamp",
         "key",
@@ -164,7 +169,7 @@ def parse_order_events(raw: DataFrame) -> DataFrame:
         _exact_price(v).try_cast(MONEY).alias("unit_price"),
         event_time.alias("event_time"),
         F.date_format(event_time, "yyyy-MM-dd").alias("event_date"),
-        invalid_reason(F.col("value")).alias("reason"),
+        invalid_reason(F.col("value"), v).alias("reason"),
     )
 
 

@@ -37,8 +37,15 @@ def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subpro
 
 
 def kill_at_random_instants(
-    module: str, env: dict[str, str], log: Path, watched_table: str, rng: random.Random,
-    *, kills: int = 3, batches: tuple[int, int] = (1, 3), jitter_s: float = 0.5,
+    module: str,
+    env: dict[str, str],
+    log: Path,
+    watched_table: str,
+    rng: random.Random,
+    *,
+    kills: int = 3,
+    batches: tuple[int, int] = (1, 3),
+    jitter_s: float = 0.5,
 ) -> int:
     """Start `module --once` and SIGKILL it (JVM and all) `kills` times, each time after it
     committed a random number of batches to `watched_table` plus a random fraction of the next.

@@ -23,8 +23,12 @@ from tests.conftest import subprocess_env
 pytestmark = pytest.mark.integration
 
 TWISTS = dict(
-    redelivery_rate=0.1, out_of_order_rate=0.2, late_rate=0.02, invalid_rate=0.05,
-    null_key_rate=0.05, extra_field_rate=0.05,
+    redelivery_rate=0.1,
+    out_of_order_rate=0.2,
+    late_rate=0.02,
+    invalid_rate=0.05,
+    null_key_rate=0.05,
+    extra_field_rate=0.05,
 )
 
 
@@ -100,7 +104,9 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER="100")
     log = tmp_path / "bronze.log"
     raw = bronze_tables(lake, lake.streams["orders"]).raw
-    killed = helpers.kill_at_random_instants("pipelines.jobs.bronze_job", env, log, raw, rng, jitter_s=0.4)
+    killed = helpers.kill_at_random_instants(
+        "pipelines.jobs.bronze_job", env, log, raw, rng, jitter_s=0.4
+    )
     assert killed == 3, "the ingest finished before it could be killed: make the stream longer"
     final = helpers.start_job("pipelines.jobs.bronze_job", env, log, "--once")
     assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
@@ -117,7 +123,9 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
 
 def test_lost_checkpoint_resumes_after_the_table_offsets(spark, lake):
     first = produce(lake, orders=800, seed=44)
-    small = lake.with_overrides(bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300))
+    small = lake.with_overrides(
+        bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300)
+    )
     query = start_bronze(spark, small, once=False)
     try:
         while query.isActive and len([p for p in query.recentProgress if p.numInputRows]) < 2:
@@ -155,7 +163,9 @@ def test_retention_gap_stops_the_job_naming_topic_partition_and_range(spark, lak
     assert "bronze.on_data_loss: record" in message
     assert len(bronze_rows(spark, lake)) == first.counts["records"]  # nothing written
 
-    tolerant = lake.with_overrides(bronze=BronzeConf(on_data_loss="record", max_offsets_per_trigger=None))
+    tolerant = lake.with_overrides(
+        bronze=BronzeConf(on_data_loss="record", max_offsets_per_trigger=None)
+    )
     run_bronze(spark, tolerant, once=True, progress=False)
     gaps = spark.read.format("delta").load(bronze_tables(lake, lake.streams["orders"]).gaps)
     assert [tuple(r) for r in gaps.select("topic", "partition", "from_offset", "to_offset",
@@ -163,7 +173,9 @@ def test_retention_gap_stops_the_job_naming_topic_partition_and_range(spark, lak
         (topic, 0, in_p0, in_p0 + 9, 10)
     ]  # fmt: skip
     expected = {
-        k: v for k, v in expected_from(first, second).items() if not (k[0] == 0 and in_p0 <= k[1] < in_p0 + 10)
+        k: v
+        for k, v in expected_from(first, second).items()
+        if not (k[0] == 0 and in_p0 <= k[1] < in_p0 + 10)
     }
     assert len(expected) == first.counts["records"] + second.counts["records"] - 10
     assert new_in_p0 > 10

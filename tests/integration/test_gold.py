@@ -104,7 +104,9 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
     run_all(spark, conf)
     on_time = [e for e in events2 if e[0] not in late]
     phase2 = (on_time, dict(products), dict(customers))
-    assert (table(spark, tables.revenue), table(spark, tables.countries)) == gold_oracle(phase1, phase2)
+    assert (table(spark, tables.revenue), table(spark, tables.countries)) == gold_oracle(
+        phase1, phase2
+    )
     late_rows = spark.read.format("delta").load(tables.late).collect()
     assert {r["event_id"] for r in late_rows} == late
     assert all("more than 10 minutes behind" in r["reason"] for r in late_rows)
@@ -118,7 +120,9 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
 
     target = next(json.loads(r.value)["product_id"] for r in third.records
                   if r.kind == "event" and json.loads(r.value)["event_type"] == "paid")  # fmt: skip
-    DeltaTable.forPath(spark, tables.products).update(f"product_id = '{target}'", {"category": "'relabelled'"})
+    DeltaTable.forPath(spark, tables.products).update(
+        f"product_id = '{target}'", {"category": "'relabelled'"}
+    )
     products[target] = {**products[target], "category": "relabelled"}
     report3 = produce_plan(conf, third, conf.streams["orders"].topic)
     events3 = list(oracle(report3)["events"].values())
@@ -165,19 +169,29 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     ]  # fmt: skip
     results = spark.read.format("delta").load(conf.table_path("quality/results"))
     assert results.count() == 23 and results.where("success").count() == 23
-    assert (conf.root / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html").exists()
+    assert (
+        conf.root / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    ).exists()
 
     orders = conf.table_path("silver/orders")
-    spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(orders)
+    spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(
+        orders
+    )
     with pytest.raises(QualityCheckFailedError) as e:
         run_quality(spark, conf, ["silver/orders"])
-    assert "silver/orders (version 2): expect_column_values_to_be_unique on order_id failed" in str(e.value)
+    assert "silver/orders (version 2): expect_column_values_to_be_unique on order_id failed" in str(
+        e.value
+    )
     failed = results.where("not success").select("table", "expectation", "column").collect()
-    assert [tuple(r) for r in failed] == [("silver/orders", "expect_column_values_to_be_unique", "order_id")]
+    assert [tuple(r) for r in failed] == [
+        ("silver/orders", "expect_column_values_to_be_unique", "order_id")
+    ]
     assert results.select("run_id").distinct().count() == 2
 
 
-def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_run(spark, lake, tmp_path):
+def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_run(
+    spark, lake, tmp_path
+):
     import os
     import random
     import shutil
@@ -193,7 +207,9 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
         run_bronze(spark, lake, once=True, progress=False)
         run_silver(spark, lake, once=True, progress=False)
     tables = gold_tables(lake)
-    reference = lake.with_overrides(storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref")))
+    reference = lake.with_overrides(
+        storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref"))
+    )
     ref_tables = gold_tables(reference)
     for src, dst in ((tables.events, ref_tables.events), (tables.products, ref_tables.products),
                      (tables.customers, ref_tables.customers)):  # fmt: skip
@@ -208,7 +224,9 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
     final = helpers.start_job("pipelines.jobs.gold_job", env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
 
-    slow = reference.with_overrides(gold=dataclasses.replace(reference.gold, max_files_per_trigger=1))
+    slow = reference.with_overrides(
+        gold=dataclasses.replace(reference.gold, max_files_per_trigger=1)
+    )
     run_gold(spark, slow, once=True, progress=False)
     for mine, theirs in ((tables.revenue, ref_tables.revenue), (tables.countries, ref_tables.countries),
                          (tables.late, ref_tables.late)):  # fmt: skip
@@ -230,8 +248,13 @@ def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
     produce(conf, 97, 60, START + timedelta(minutes=3), unknown_dimension_rate=1.0)
     run_bronze(spark, conf, once=True, progress=False)
     run_silver(spark, conf, once=True, progress=False)
-    with pytest.raises(GoldFailedError, match=r"expect_column_values_to_not_be_in_set on (category|country) failed"):
+    with pytest.raises(
+        GoldFailedError, match=r"expect_column_values_to_not_be_in_set on (category|country) failed"
+    ):
         run_gold(spark, conf, once=True, progress=False)
     assert (table(spark, tables.revenue), table(spark, tables.countries)) == before
-    scopes = {r["scope"] for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()}
+    scopes = {
+        r["scope"]
+        for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()
+    }
     assert scopes == {"batch 0", "batch 1"}

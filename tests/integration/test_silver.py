@@ -27,8 +27,12 @@ from tests.conftest import subprocess_env
 pytestmark = pytest.mark.integration
 
 TWISTS = dict(
-    redelivery_rate=0.15, out_of_order_rate=0.3, late_rate=0.03, invalid_rate=0.05,
-    null_key_rate=0.05, extra_field_rate=0.1,
+    redelivery_rate=0.15,
+    out_of_order_rate=0.3,
+    late_rate=0.03,
+    invalid_rate=0.05,
+    null_key_rate=0.05,
+    extra_field_rate=0.1,
 )
 
 
@@ -37,7 +41,9 @@ REASONS = {
     "not_object": re.compile(r"^value is not a JSON object but (array|string|bigint|void)"),
     "missing_field": re.compile(r"^missing field '\w+'$"),
     "null_field": re.compile(r"^field '\w+' is null$"),
-    "wrong_type": re.compile(r"^field '(quantity|seq)' must be an integer, got (string|boolean|decimal)"),
+    "wrong_type": re.compile(
+        r"^field '(quantity|seq)' must be an integer, got (string|boolean|decimal)"
+    ),
     "rule_broken": re.compile(r"^(seq must be >= 1|quantity must be >= 1|unit_price must be >= 0)"),
     "unknown_event_type": re.compile(r"^unknown event_type 'refunded'$"),
     "unknown_currency": re.compile(r"^unknown currency 'JPY'$"),
@@ -84,7 +90,9 @@ def oracle(*reports: ProduceReport) -> dict:
 
 
 def table(spark, path: str, columns: list[str]) -> list[tuple]:
-    return sorted(tuple(r) for r in spark.read.format("delta").load(path).select(*columns).collect())
+    return sorted(
+        tuple(r) for r in spark.read.format("delta").load(path).select(*columns).collect()
+    )
 
 
 def assert_silver_matches(spark, conf: LakehouseConf, expected: dict) -> None:
@@ -155,20 +163,32 @@ def test_a_replayed_micro_batch_changes_no_table_version(spark, lake):
     sink(batch, 0)
     sink(batch, 0)
     assert versions() == before_versions
-    assert [table(spark, tables.events, EVENT_COLUMNS), table(spark, tables.state, ORDER_COLUMNS)] == before
+    assert [
+        table(spark, tables.events, EVENT_COLUMNS),
+        table(spark, tables.state, ORDER_COLUMNS),
+    ] == before
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
     # a new batch id does run, and its MERGEs still leave the content unchanged
     sink(batch, 10_000)
-    assert [table(spark, tables.events, EVENT_COLUMNS), table(spark, tables.state, ORDER_COLUMNS)] == before
+    assert [
+        table(spark, tables.events, EVENT_COLUMNS),
+        table(spark, tables.state, ORDER_COLUMNS),
+    ] == before
 
 
-def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_run(spark, lake, tmp_path):
+def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_run(
+    spark, lake, tmp_path
+):
     report = produce(lake, orders=500, seed=74)
     # bronze in small batches, so that silver (2 files a batch) has about 8 micro-batches to do
-    many_files = lake.with_overrides(bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300))
+    many_files = lake.with_overrides(
+        bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300)
+    )
     run_bronze(spark, many_files, once=True, progress=False)
     tables = silver_tables(lake, lake.streams["orders"])
-    reference = lake.with_overrides(storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref")))
+    reference = lake.with_overrides(
+        storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref"))
+    )
     shutil.copytree(tables.bronze, silver_tables(reference, lake.streams["orders"]).bronze)
 
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
@@ -182,8 +202,12 @@ def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_
 
     run_silver(spark, reference, once=True, progress=False)
     ref_tables = silver_tables(reference, lake.streams["orders"])
-    assert table(spark, tables.events, EVENT_COLUMNS) == table(spark, ref_tables.events, EVENT_COLUMNS)
-    assert table(spark, tables.state, ORDER_COLUMNS) == table(spark, ref_tables.state, ORDER_COLUMNS)
+    assert table(spark, tables.events, EVENT_COLUMNS) == table(
+        spark, ref_tables.events, EVENT_COLUMNS
+    )
+    assert table(spark, tables.state, ORDER_COLUMNS) == table(
+        spark, ref_tables.state, ORDER_COLUMNS
+    )
     qcols = ["topic", "partition", "offset", "value", "reason"]
     assert table(spark, tables.quarantine, qcols) == table(spark, ref_tables.quarantine, qcols)
     assert_silver_matches(spark, lake, oracle(report))

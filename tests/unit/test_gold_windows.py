@@ -47,9 +47,33 @@ def test_tumbling_windows_put_an_event_on_the_edge_in_the_window_it_opens(spark)
     got = revenue_by_category_1m(with_dimensions(ev(spark, rows), products, customers))
     expected = spark.createDataFrame(
         [
-            (datetime(2026, 11, 22, 10, 0), datetime(2026, 11, 22, 10, 1), "drinks", "EUR", 1, 3, Decimal("0.30")),
-            (datetime(2026, 11, 22, 10, 1), datetime(2026, 11, 22, 10, 2), "drinks", "EUR", 1, 1, Decimal("0.10")),
-            (datetime(2026, 11, 22, 10, 1), datetime(2026, 11, 22, 10, 2), "kitchen", "USD", 1, 2, Decimal("10.00")),
+            (
+                datetime(2026, 11, 22, 10, 0),
+                datetime(2026, 11, 22, 10, 1),
+                "drinks",
+                "EUR",
+                1,
+                3,
+                Decimal("0.30"),
+            ),
+            (
+                datetime(2026, 11, 22, 10, 1),
+                datetime(2026, 11, 22, 10, 2),
+                "drinks",
+                "EUR",
+                1,
+                1,
+                Decimal("0.10"),
+            ),
+            (
+                datetime(2026, 11, 22, 10, 1),
+                datetime(2026, 11, 22, 10, 2),
+                "kitchen",
+                "USD",
+                1,
+                2,
+                Decimal("10.00"),
+            ),
         ],
         "window_start timestamp, window_end timestamp, category string, currency string, "
         "paid_orders bigint, units bigint, revenue decimal(18,2)",
@@ -83,8 +107,12 @@ def test_unknown_product_and_customer_count_under_unknown(spark):
 
 
 def test_money_sums_exactly_without_float_drift(spark):
-    rows = [("paid", "c-1", "p-1", 1, "0.10", "EUR", datetime(2026, 11, 22, 10, 0, s)) for s in range(3)]
-    rows += [("paid", "c-1", "p-1", 1000000, "9999999999.99", "EUR", datetime(2026, 11, 22, 10, 0, 5))]
+    rows = [
+        ("paid", "c-1", "p-1", 1, "0.10", "EUR", datetime(2026, 11, 22, 10, 0, s)) for s in range(3)
+    ]
+    rows += [
+        ("paid", "c-1", "p-1", 1000000, "9999999999.99", "EUR", datetime(2026, 11, 22, 10, 0, 5))
+    ]
     products, customers = dims(spark)
     got = revenue_by_category_1m(with_dimensions(ev(spark, rows), products, customers)).first()
     assert got["revenue"] == Decimal("0.30") + Decimal("9999999999990000.00")

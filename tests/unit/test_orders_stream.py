@@ -5,8 +5,14 @@ from decimal import Decimal
 from pipelines.orders_stream import INVALID_KINDS, StreamOptions, generate_orders_stream
 
 ALL_TWISTS = StreamOptions(
-    orders=400, seed=3, redelivery_rate=0.1, out_of_order_rate=0.3, late_rate=0.05,
-    invalid_rate=0.05, null_key_rate=0.05, extra_field_rate=0.1,
+    orders=400,
+    seed=3,
+    redelivery_rate=0.1,
+    out_of_order_rate=0.3,
+    late_rate=0.05,
+    invalid_rate=0.05,
+    null_key_rate=0.05,
+    extra_field_rate=0.1,
 )
 
 

@@ -38,7 +38,9 @@ def test_raw_records_keep_key_value_and_headers_byte_for_byte(spark):
         "value binary, headers array<struct<key:string,value:binary>>",
     )
     assert raw.columns == RAW_COLUMNS
-    assert_df_equality(raw.drop("ingested_at"), expected, ignore_nullable=True, ignore_row_order=True)
+    assert_df_equality(
+        raw.drop("ingested_at"), expected, ignore_nullable=True, ignore_row_order=True
+    )
     assert raw.where(F.col("ingested_at").isNull()).count() == 0
 
 

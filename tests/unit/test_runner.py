@@ -18,4 +18,7 @@ def test_our_error_inside_a_micro_batch_is_what_the_user_reads():
 
 
 def test_other_failures_give_their_first_meaningful_line():
-    assert first_line("\n  \n[CAST_INVALID_INPUT] bad value\n\tat org.apache...") == "[CAST_INVALID_INPUT] bad value"
+    assert (
+        first_line("\n  \n[CAST_INVALID_INPUT] bad value\n\tat org.apache...")
+        == "[CAST_INVALID_INPUT] bad value"
+    )

@@ -69,12 +69,24 @@ def reason_of(spark, value: bytes | str) -> str | None:
         (with_field("quantity", "0"), "quantity must be >= 1, got 0"),
         (with_field("unit_price", "-1.00"), "unit_price must be >= 0, got -1.0000000000"),
         (with_field("unit_price", "12.345"), "unit_price has more than 2 decimals: 12.3450000000"),
-        (with_field("unit_price", "12345678901.00"), "unit_price does not fit decimal(12,2): 12345678901.0000000000"),
+        (
+            with_field("unit_price", "12345678901.00"),
+            "unit_price does not fit decimal(12,2): 12345678901.0000000000",
+        ),
         (with_field("event_type", '"refunded"'), "unknown event_type 'refunded'"),
         (with_field("currency", '"JPY"'), "unknown currency 'JPY'"),
-        (with_field("event_time", '"yesterday"'), "event_time is not an ISO-8601 instant with offset: 'yesterday'"),
-        (with_field("event_time", '"2026-13-45T99:00:00Z"'), "event_time is not an ISO-8601 instant with offset: '2026-13-45T99:00:00Z'"),
-        (with_field("event_time", '"2026-11-22 10:15:03"'), "event_time is not an ISO-8601 instant with offset: '2026-11-22 10:15:03'"),
+        (
+            with_field("event_time", '"yesterday"'),
+            "event_time is not an ISO-8601 instant with offset: 'yesterday'",
+        ),
+        (
+            with_field("event_time", '"2026-13-45T99:00:00Z"'),
+            "event_time is not an ISO-8601 instant with offset: '2026-13-45T99:00:00Z'",
+        ),
+        (
+            with_field("event_time", '"2026-11-22 10:15:03"'),
+            "event_time is not an ISO-8601 instant with offset: '2026-11-22 10:15:03'",
+        ),
     ],
 )
 def test_invalid_record_gets_a_readable_reason(spark, value, reason):
@@ -96,8 +108,12 @@ def test_null_value_is_invalid(spark):
         ("unit_price", "12.300", "unit_price", Decimal("12.30")),
         ("unit_price", "1.5e1", "unit_price", Decimal("15.00")),
         ("event_time", '"2026-11-22T10:15:00Z"', "event_time", datetime(2026, 11, 22, 10, 15, 0)),
-        ("event_time", '"2026-11-22T11:15:59.999+01:00"', "event_time",
-         datetime(2026, 11, 22, 10, 15, 59, 999000)),
+        (
+            "event_time",
+            '"2026-11-22T11:15:59.999+01:00"',
+            "event_time",
+            datetime(2026, 11, 22, 10, 15, 59, 999000),
+        ),
         ("event_time", '"2026-11-22T23:59:59.999999-02:00"', "event_date", "2026-11-23"),
     ],
 )

@@ -1,0 +1,415 @@
+"""Benchmark: end-to-end freshness and gold's state, bronze + silver + gold running continuously.
+
+Usage:
+    .venv/bin/python bench/pipeline_freshness.py [--minutes 5] [--rate N] [--trigger "10 seconds"]
+
+1. Bronze's maximum rate: bronze drains a backlog (`--backlog` records) with `--once`; the run
+   rate is half of it (or `--rate`).
+2. The three layers start as continuous queries (one Spark application, the env's triggers or
+   `--trigger`), the dimensions are seeded, and the reference stream with every twist is sent at
+   that rate for `--minutes`, paced in real time, each record stamped with its Kafka timestamp.
+3. The producer stops, each layer drains what is left, the queries stop.
+4. Freshness of every on-time `created` and `paid` event: from its Kafka timestamp (first
+   delivery, as bronze stored it) to the commit of the gold batch that added it to its window
+   row. Resolved exactly through the tables' logs: event -> the silver/order_events commit that
+   inserted it (its file) -> the first gold batch whose checkpoint offset covers that commit ->
+   that batch's commit on the gold table (its txn version). The attribution is checked against
+   each gold batch's input row count. Printed as p50/p90/p99/max, overall and per minute.
+5. Gold's state: rows in Spark's state store per batch (its stateOperators) over the run, and the
+   size of the gold tables.
+Results also go to bench/results/pipeline_freshness-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipelines import kafka_local
+from pipelines.bronze import bronze_tables, run_bronze, start_bronze
+from pipelines.config import StorageConf, load_config
+from pipelines.gold import gold_tables, seed_dimensions, start_gold
+from pipelines.kafka_io import ensure_topic
+from pipelines.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.produce import producer_settings
+from pipelines.progress import ConsoleProgress, kafka_lag
+from pipelines.silver import silver_tables, start_silver
+from silver.order_events import parse_order_events
+
+CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
+EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
+T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
+
+Record = tuple[bytes | None, bytes, int]
+
+
+def generate_chunk(k: int) -> list[Record]:
+    """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
+    span = timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
+    plan = generate_orders_stream(StreamOptions(
+        orders=CHUNK_ORDERS, seed=1000 + k, start_time=T0 + k * span,
+        events_per_second=EVENTS_PER_SECOND, redelivery_rate=0.05, out_of_order_rate=0.10,
+        late_rate=0.01, invalid_rate=0.02, null_key_rate=0.03, extra_field_rate=0.05,
+        unknown_dimension_rate=0.01))  # fmt: skip
+    return [(r.key, r.value, r.partition) for r in plan.records]
+
+
+def generate(records: int, first_chunk: int = 0) -> list[Record]:
+    """At least `records` records, generated on every core."""
+    chunks = max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
+    out: list[Record] = []
+    with ProcessPoolExecutor(
+        os.cpu_count(), mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        for part in pool.map(generate_chunk, range(first_chunk, first_chunk + chunks)):
+            out.extend(part)
+    return out
+
+
+class PacedProducer(threading.Thread):
+    """Sends records at `rate` per second of wall time, each with its Kafka timestamp = send time."""
+
+    def __init__(self, conf, topic: str, records: list[Record], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(producer_settings(conf))
+        self.topic, self.records, self.rate = topic, records, rate
+        self.sent = 0
+        self.errors: list[str] = []
+        self.behind_s = 0.0  # how far the producer itself fell behind its schedule, at worst
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(f"{self.topic}[{msg.partition()}]: {err.str()}")
+
+    def run(self) -> None:
+        started = time.monotonic()
+        n = len(self.records)
+        while self.sent < n and not self.errors:
+            elapsed = time.monotonic() - started
+            due = min(n, int(elapsed * self.rate))
+            self.behind_s = max(self.behind_s, (due - self.sent) / self.rate)
+            now_ms = int(time.time() * 1000)
+            while self.sent < due:
+                key, value, partition = self.records[self.sent]
+                try:
+                    self.producer.produce(self.topic, value=value, key=key, partition=partition,
+                                          timestamp=now_ms, on_delivery=self._on_delivery)  # fmt: skip
+                except BufferError:
+                    self.producer.poll(0.01)
+                    continue
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(60)
+
+
+def delta_commits(table: str) -> list[dict]:
+    """Every commit of a Delta table: version, commit time (ms), txn ids, added file names."""
+    commits = []
+    for f in sorted(Path(table, "_delta_log").glob("*.json")):
+        entry = {"version": int(f.stem), "files": [], "txn": []}
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                entry["ms"] = action["commitInfo"]["timestamp"]
+            elif "add" in action:
+                entry["files"].append(action["add"]["path"].rsplit("/", 1)[-1])
+            elif "txn" in action:
+                entry["txn"].append((action["txn"]["appId"], action["txn"]["version"]))
+        commits.append(entry)
+    return commits
+
+
+def gold_batch_ends(checkpoint: str) -> dict[int, tuple[int, int]]:
+    """Gold batch id -> (silver version, index) its Delta source offset ends at."""
+    ends = {}
+    for f in Path(checkpoint, "offsets").iterdir():
+        if f.name.isdigit():
+            source = json.loads(f.read_text().splitlines()[2])
+            ends[int(f.name)] = (source["reservoirVersion"], source["index"])
+    return ends
+
+
+def first_covering_batch(ends: dict[int, tuple[int, int]], version: int) -> int | None:
+    """The first gold batch whose end offset includes silver `version` (index -1: none of it)."""
+    for batch in sorted(ends):
+        v, index = ends[batch]
+        if version < v or (version == v and index >= 0):
+            return batch
+    return None
+
+
+def percentiles(df, column: str) -> dict[str, float]:
+    row = df.agg(
+        F.count(column).alias("n"),
+        F.expr(f"percentile({column}, array(0.5, 0.9, 0.99))").alias("p"),
+        F.max(column).alias("max"),
+    ).first()
+    if not row["n"]:
+        return {"n": 0}
+    return {"n": row["n"], "p50": row["p"][0], "p90": row["p"][1], "p99": row["p"][2],
+            "max": float(row["max"])}  # fmt: skip
+
+
+def measure_bronze_max(spark: SparkSession, conf, records: list[Record]) -> float:
+    topic = f"bench.max.{uuid.uuid4().hex[:8]}"
+    stream = dataclasses.replace(conf.stream("orders"), topic=topic)
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-max-"))
+    c = conf.with_overrides(storage=StorageConf(root=str(root)), streams={"orders": stream})
+    ensure_topic(c, topic, stream.partitions, 1)
+    producer = PacedProducer(c, topic, records, rate=1e12)
+    producer.run()
+    started = time.monotonic()
+    run_bronze(spark, c, once=True, progress=False)
+    seconds = time.monotonic() - started
+    rows = spark.read.format("delta").load(bronze_tables(c, stream).raw).count()
+    assert rows == len(records), f"bronze holds {rows:,} rows, expected {len(records):,}"
+    return len(records) / seconds
+
+
+def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
+    stream = conf.stream("orders")
+    bronze, silver, gold = (
+        bronze_tables(conf, stream),
+        silver_tables(conf, stream),
+        gold_tables(conf),
+    )
+    silver_commits = delta_commits(silver.events)
+    file_version = [(name, c["version"], c["ms"]) for c in silver_commits for name in c["files"]]
+    ends = gold_batch_ends(gold.checkpoint)
+    batch_of_version = {
+        c["version"]: first_covering_batch(ends, c["version"]) for c in silver_commits
+    }
+    commit_ms: dict[tuple[str, int], int] = {}
+    for table, name in ((gold.revenue, "revenue"), (gold.countries, "countries")):
+        for c in delta_commits(table):
+            for app_id, version in c["txn"]:
+                if app_id.startswith(f"gold:{name}:"):
+                    commit_ms[(name, version)] = c["ms"]
+
+    files = spark.createDataFrame(
+        file_version, "file string, silver_version bigint, silver_ms bigint"
+    )
+    batches = spark.createDataFrame([(v, b) for v, b in batch_of_version.items()],
+                                    "silver_version bigint, gold_batch bigint")  # fmt: skip
+    commits = spark.createDataFrame([(n, b, ms) for (n, b), ms in commit_ms.items()],
+                                    "gold_table string, gold_batch bigint, gold_ms bigint")  # fmt: skip
+    sent = (
+        spark.read.format("delta").load(bronze.raw).transform(parse_order_events)
+        .where(F.col("reason").isNull())
+        .groupBy("event_id").agg(F.min("kafka_timestamp").alias("kafka_timestamp"))
+    )  # fmt: skip
+    events = (
+        spark.read.format("delta").load(silver.events)
+        .select("event_id", "event_type", F.col("_metadata.file_name").alias("file"))
+        .join(files, "file").join(batches, "silver_version").join(sent, "event_id")
+        .withColumn("kafka_ms", F.unix_millis("kafka_timestamp"))
+    )  # fmt: skip
+    # attribution check: events per gold batch must equal the batch's input rows
+    attributed = {r[0]: r[1] for r in events.groupBy("gold_batch").count().collect()}
+    reported = {b: p["rows"] for b, p in progress.get("gold", {}).items() if p["rows"]}
+    mismatched = {
+        b: (attributed.get(b, 0), n) for b, n in reported.items() if attributed.get(b, 0) != n
+    }
+    late = spark.read.format("delta").load(gold.late).select("event_id")
+    windowed = (
+        events.where(F.col("event_type").isin("created", "paid"))
+        .join(late, "event_id", "left_anti")
+        .withColumn(
+            "gold_table", F.when(F.col("event_type") == "paid", "revenue").otherwise("countries")
+        )
+        .join(commits, ["gold_table", "gold_batch"])
+        .withColumn("freshness_s", (F.col("gold_ms") - F.col("kafka_ms")) / 1000)
+        .withColumn("to_silver_s", (F.col("silver_ms") - F.col("kafka_ms")) / 1000)
+        .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
+    ).cache()
+    per_minute = {
+        int(r["minute"]): {"n": r["n"], "p50": r["p"][0], "p99": r["p"][1]}
+        for r in windowed.groupBy("minute")
+        .agg(
+            F.count("*").alias("n"), F.expr("percentile(freshness_s, array(0.5, 0.99))").alias("p")
+        )
+        .orderBy("minute")
+        .collect()
+    }
+    result = {
+        "freshness_s": percentiles(windowed, "freshness_s"),
+        "kafka_to_silver_s": percentiles(windowed, "to_silver_s"),
+        "per_minute": per_minute,
+        "late_events": late.count(),
+        "events_in_silver": events.count(),
+        "attribution_mismatches": mismatched,
+        "gold_rows": {
+            "revenue_by_category_1m": spark.read.format("delta").load(gold.revenue).count(),
+            "orders_by_country_5m": spark.read.format("delta").load(gold.countries).count(),
+        },
+    }
+    windowed.unpersist()
+    return result
+
+
+def collect(queries: dict, printers: dict, progress: dict) -> None:
+    for name, q in queries.items():
+        printers[name].update(q)
+        for p in q.recentProgress:
+            state = sum(op.numRowsTotal for op in p.stateOperators)
+            lags = [kafka_lag(s.latestOffset, s.endOffset) for s in p.sources]
+            lag = (
+                sum(x for x in lags if x is not None) if any(x is not None for x in lags) else None
+            )
+            progress.setdefault(name, {})[p.batchId] = {
+                "rows": p.numInputRows, "seconds": p.durationMs.get("triggerExecution", 0) / 1000,
+                "state_rows": state, "state_operators": len(p.stateOperators),
+                "at": p.timestamp, "lag": lag,
+            }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0, help="how long the stream is sent")
+    parser.add_argument("--rate", type=float, help="records/s (default: half of bronze's maximum)")
+    parser.add_argument(
+        "--backlog", type=int, default=500_000, help="records to measure bronze's max"
+    )
+    parser.add_argument(
+        "--trigger", help="trigger interval of all three layers (default: the env's)"
+    )
+    parser.add_argument("--env", default="local")
+    args = parser.parse_args()
+
+    conf = load_config(args.env)
+    kafka_local.start(conf)
+    conf = conf.with_overrides(spark=dataclasses.replace(conf.spark, driver_memory="6g"))
+    if args.trigger:
+        conf = conf.with_overrides(
+            bronze=dataclasses.replace(conf.bronze, trigger_interval=args.trigger),
+            silver=dataclasses.replace(conf.silver, trigger_interval=args.trigger),
+            gold=dataclasses.replace(conf.gold, trigger_interval=args.trigger),
+        )
+    from pipelines.spark import build_spark
+
+    spark = build_spark(conf, app_name="bench-pipeline-freshness")
+    # keep every batch's offsets for the attribution (Spark keeps 100 by default)
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100000")
+
+    rate = args.rate
+    backlog: list[Record] = []
+    if rate is None:
+        print(f"generating a backlog of {args.backlog:,} records ...", flush=True)
+        backlog = generate(args.backlog)[: args.backlog]
+        bronze_max = measure_bronze_max(spark, conf, backlog)
+        rate = bronze_max / 2
+        print(f"bronze maximum: {bronze_max:,.0f} rows/s (backlog drained with --once); "
+              f"running at half: {rate:,.0f} records/s", flush=True)  # fmt: skip
+    else:
+        bronze_max = None
+    total = int(rate * args.minutes * 60)
+    print(f"generating {total:,} records ...", flush=True)
+    records = generate(total, first_chunk=100)[:total]
+    del backlog
+
+    topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-fresh-"))
+    stream = dataclasses.replace(conf.stream("orders"), topic=topic)
+    conf = conf.with_overrides(storage=StorageConf(root=str(root)), streams={"orders": stream})
+    ensure_topic(conf, topic, stream.partitions, 1)
+    seed_dimensions(spark, conf)
+    queries = {"bronze": start_bronze(spark, conf)}
+    queries["silver"] = start_silver(spark, conf)
+    queries["gold"] = start_gold(spark, conf)
+    printers = {name: ConsoleProgress(name) for name in queries}
+    progress: dict = {}
+    print(f"sending {total:,} records to {topic} at {rate:,.0f}/s for {args.minutes} min; "
+          f"triggers: bronze {conf.bronze.trigger_interval}, silver {conf.silver.trigger_interval}, "
+          f"gold {conf.gold.trigger_interval}", flush=True)  # fmt: skip
+    started_ms = int(time.time() * 1000)
+    producer = PacedProducer(conf, topic, records, rate)
+    producer.start()
+    while producer.is_alive():
+        producer.join(2)
+        collect(queries, printers, progress)
+        for name, q in queries.items():
+            if q.exception():
+                raise RuntimeError(f"{name} failed: {q.exception()}")
+    if producer.errors:
+        raise RuntimeError(f"producer: {producer.errors[:3]}")
+    sent_s = (time.time() * 1000 - started_ms) / 1000
+    print(f"sent {producer.sent:,} records in {sent_s:.1f}s; draining ...", flush=True)
+    for name in ("bronze", "silver", "gold"):
+        queries[name].processAllAvailable()
+        collect(queries, printers, progress)
+    drained_s = (time.time() * 1000 - started_ms) / 1000 - sent_s
+    for q in queries.values():
+        q.stop()
+
+    result = analyse(spark, conf, started_ms, progress)
+    gold_batches = progress.get("gold", {})
+    state_rows = [p["state_rows"] for _, p in sorted(gold_batches.items())]
+    quarters = [
+        state_rows[min(len(state_rows) - 1, len(state_rows) * q // 4)] for q in (1, 2, 3, 4)
+    ]
+    f, s = result["freshness_s"], result["kafka_to_silver_s"]
+    print()
+    print(f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({producer.sent:,} records; "
+          f"bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s); "
+          f"producer at worst {producer.behind_s:.2f}s behind its schedule")  # fmt: skip
+    print(f"drain after the producer stopped: {drained_s:.1f}s")
+    print(
+        f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
+        f"events: p50 {f['p50']:.1f}s, p90 {f['p90']:.1f}s, p99 {f['p99']:.1f}s, max {f['max']:.1f}s"
+    )
+    print(
+        f"  of which Kafka -> silver/order_events committed: p50 {s['p50']:.1f}s, p99 {s['p99']:.1f}s"
+    )
+    print(
+        "  per minute of sending (p50 / p99): "
+        + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}s" for m, v in result["per_minute"].items())
+    )
+    print(
+        f"gold state store rows per batch at 25/50/75/100% of {len(state_rows)} batches: {quarters} "
+        f"(state operators: {max((p['state_operators'] for p in gold_batches.values()), default=0)})"
+    )
+    print(f"gold tables: {result['gold_rows']}; late events recorded: {result['late_events']:,}")
+    print(
+        f"attribution check (events per gold batch = its input rows): "
+        f"{'ok' if not result['attribution_mismatches'] else result['attribution_mismatches']}"
+    )
+    for name in ("bronze", "silver", "gold"):
+        b = progress.get(name, {})
+        busy = [p for p in b.values() if p["rows"]]
+        print(
+            f"{name}: {len(b)} batches, {sum(p['rows'] for p in b.values()):,} rows, median "
+            f"batch {sorted(p['seconds'] for p in busy)[len(busy) // 2] if busy else 0:.1f}s"
+        )
+    out = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rate": rate, "bronze_max": bronze_max, "seconds": sent_s, "records": producer.sent,
+        "triggers": [conf.bronze.trigger_interval, conf.silver.trigger_interval, conf.gold.trigger_interval],
+        "drain_seconds": drained_s, "state_rows_quarters": quarters, **result,
+        "batches": {n: list(b.values()) for n, b in progress.items()},
+        "machine": {"cores": os.cpu_count()},
+    }  # fmt: skip
+    out_dir = Path(__file__).parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    path = out_dir / f"pipeline_freshness-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"results: {path}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""The job runner with real spark-submit: order, parallel branches, retries, run_if, timeouts,
+the runs table, and a continuous job stopped gracefully."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.jobs_runner import JobRunner, read_runs
+from pipelines.jobs_spec import load_job_spec
+from tests.conftest import subprocess_env
+from tests.helpers import delta_commits, produce
+
+pytestmark = pytest.mark.integration
+
+TASK = textwrap.dedent("""
+    import json, os, sys, time, pathlib
+    out, name, mode, seconds = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+    tries = out / f"{name}.tries"
+    attempt = int(tries.read_text()) if tries.exists() else 0
+    tries.write_text(str(attempt + 1))
+    start = time.time()
+    time.sleep(seconds)
+    if mode == "fail" or (mode == "flaky" and attempt == 0):
+        print(f"error: {name} failed on purpose (attempt {attempt})", flush=True)
+        sys.exit(3)
+    (out / f"{name}.json").write_text(json.dumps(
+        {"start": start, "end": time.time(), "argv": sys.argv[1:], "run_id": os.environ["LAKEHOUSE_JOB_RUN_ID"]}))
+""")
+
+
+def _spec(tmp_path: Path) -> Path:
+    script = tmp_path / "task.py"
+    script.write_text(TASK)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def task(key, mode="ok", seconds=0.0, deps=(), **extra):
+        return {
+            "task_key": key,
+            "depends_on": [{"task_key": d} for d in deps],
+            "spark_python_task": {
+                "python_file": str(script),
+                "parameters": [
+                    str(out),
+                    "{{task.name}}",
+                    mode,
+                    str(seconds),
+                    "{{job.parameters.color}}",
+                ],
+            },
+            **extra,
+        }
+
+    spec = {
+        "name": "runner-test",
+        "parameters": [{"name": "color", "default": "blue"}],
+        "tasks": [
+            task("a", seconds=1),
+            task("b", seconds=4, deps=["a"]),
+            task("c", seconds=4, deps=["a"]),
+            task("d", "flaky", deps=["b", "c"], max_retries=2, min_retry_interval_millis=1500),
+            task("e", "fail", deps=["d"], max_retries=1),
+            task("f", deps=["e"]),  # run_if ALL_SUCCESS: not run
+            task("g", deps=["e"], run_if="AT_LEAST_ONE_FAILED"),
+            task("h", seconds=600, timeout_seconds=8),
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_runner_orders_parallelises_retries_applies_run_if_and_times_out(lake, tmp_path):
+    spec = load_job_spec(_spec(tmp_path))
+    lines: list[str] = []
+    run = JobRunner(lake, spec, parameters={"color": "red"}, grace_seconds=10,
+                    echo=lines.append, env=subprocess_env(lake)).run()  # fmt: skip
+    out = tmp_path / "out"
+    done = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+
+    assert run.states == {
+        "a": "SUCCESS", "b": "SUCCESS", "c": "SUCCESS", "d": "SUCCESS", "e": "FAILED",
+        "f": "UPSTREAM_FAILED", "g": "SUCCESS", "h": "TIMEDOUT",
+    }, "\n".join(lines)  # fmt: skip
+    assert run.state == "FAILED"
+    assert sorted(done) == ["a", "b", "c", "d", "g"]
+    # dependency order, and b, c in parallel
+    assert done["a"]["end"] <= done["b"]["start"] and done["a"]["end"] <= done["c"]["start"]
+    assert max(done["b"]["start"], done["c"]["start"]) < min(done["b"]["end"], done["c"]["end"])
+    assert done["d"]["start"] >= max(done["b"]["end"], done["c"]["end"])
+    # parameters: task name and job parameter resolved, run id handed to the task
+    assert done["b"]["argv"][1:] == ["b", "ok", "4", "red"]
+    assert done["b"]["run_id"] == str(run.run_id)
+    # retries: d failed once then succeeded; e used its one retry; h was not retried
+    assert (out / "d.tries").read_text() == "2" and (out / "e.tries").read_text() == "2"
+    assert (out / "h.tries").read_text() == "1"
+
+    rows = read_runs(lake, run.run_id)
+    assert sorted((r["task"], r["attempt"], r["state"]) for r in rows) == [
+        ("a", 0, "SUCCESS"), ("b", 0, "SUCCESS"), ("c", 0, "SUCCESS"), ("d", 0, "FAILED"),
+        ("d", 1, "SUCCESS"), ("e", 0, "FAILED"), ("e", 1, "FAILED"), ("f", 0, "UPSTREAM_FAILED"),
+        ("g", 0, "SUCCESS"), ("h", 0, "TIMEDOUT"),
+    ]  # fmt: skip
+    by_key = {(r["task"], r["attempt"]): r for r in rows}
+    assert by_key[("e", 1)]["message"] == "exit code 3: e failed on purpose (attempt 1)"
+    assert by_key[("h", 0)]["message"] == "timed out after 8s"
+    assert 8 <= by_key[("h", 0)]["duration_s"] < 8 + 10 + 5
+    assert by_key[("d", 1)]["start_time"] >= by_key[("d", 0)]["end_time"]
+    for r in rows:
+        if r["state"] not in ("UPSTREAM_FAILED",):
+            assert (
+                Path(r["log_path"]).is_file() and "spark-submit" in Path(r["log_path"]).read_text()
+            )
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "jobs", "runs", "--run-id", str(run.run_id)],
+        env=subprocess_env(lake), capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert listing.count(f"{run.run_id} ") == 10
+    assert "e failed on purpose (attempt 1)" in listing
+
+
+def _checkpoint_batches(checkpoint: str) -> tuple[int, int]:
+    """(last planned batch, last committed batch) of a streaming checkpoint."""
+
+    def last(folder: str) -> int:
+        return max(int(p.name) for p in Path(checkpoint, folder).iterdir() if p.name.isdigit())
+
+    return last("offsets"), last("commits")
+
+
+def _txn_versions(table: str) -> list[int]:
+    """The txn versions (batch ids) of every idempotent write in a Delta table's log."""
+    versions = []
+    for f in Path(table, "_delta_log").glob("*.json"):
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                versions.append(action["txn"]["version"])
+    return versions
+
+
+def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
+    from pyspark.sql import functions as F
+
+    from pipelines import checkpoints
+    from pipelines.bronze import bronze_tables
+    from pipelines.gold import gold_tables
+    from pipelines.silver import silver_tables
+
+    produce(lake, orders=300, seed=51, redelivery_rate=0.05, invalid_rate=0.02)
+    env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
+                         LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
+                         LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second")  # fmt: skip
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "jobs", "run", "conf/jobs/orders_continuous.yaml",
+             "--param", "env=test", "--grace-seconds", "90"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    stream = lake.streams["orders"]
+    bronze, silver, gold = (
+        bronze_tables(lake, stream),
+        silver_tables(lake, stream),
+        gold_tables(lake),
+    )
+    deadline = time.monotonic() + 300
+    try:
+        # wait until gold has added a batch (so each layer has committed data), then SIGTERM the
+        # runner's whole process group, as Kubernetes or systemd do
+        while delta_commits(gold.revenue) < 2:
+            assert runner.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        os.killpg(runner.pid, signal.SIGTERM)
+        assert runner.wait(timeout=180) == 130, log.read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.terminate()
+            runner.wait(timeout=180)
+
+    text = log.read_text()
+    rows = [r for r in read_runs(lake) if r["job"] == "orders-continuous"]
+    states = {r["task"]: (r["state"], r["exit_code"]) for r in rows}
+    assert states == {"setup": ("SUCCESS", 0), "bronze": ("CANCELED", 0), "silver": ("CANCELED", 0),
+                      "gold": ("CANCELED", 0)}, text[-3000:]  # fmt: skip
+    for r in rows:
+        task_log = Path(r["log_path"]).read_text()
+        # the only traceback allowed: a batch that started after the signal, refused unwritten
+        assert "Traceback" not in task_log or "StopRequested" in task_log, task_log[-3000:]
+        if r["task"] != "setup":
+            assert "SIGTERM received, stopping after the current batch" in task_log
+    # nothing half-written: no table holds a write of a batch its checkpoint did not commit
+    layers = {
+        bronze.checkpoint: [bronze.raw],
+        silver.checkpoint: [silver.events, silver.state, silver.quarantine],
+        gold.checkpoint: [gold.revenue, gold.countries, gold.late, gold.progress],
+    }
+    for checkpoint, tables in layers.items():
+        _, committed = _checkpoint_batches(checkpoint)
+        for table in tables:
+            assert max(_txn_versions(table), default=-1) <= committed, (table, committed)
+    assert max(_txn_versions(gold.revenue)) >= 1
+    # and bronze holds exactly the records up to the last committed batch's end offsets
+    ends = checkpoints.batch_end_offsets(
+        bronze.checkpoint, _checkpoint_batches(bronze.checkpoint)[1], stream.topic
+    )
+    in_table = {r[0]: r[1] + 1 for r in spark.read.format("delta").load(bronze.raw)
+                .groupBy("partition").agg(F.max("offset")).collect()}  # fmt: skip
+    assert in_table == {p: o for p, o in ends.items() if o > 0}

@@ -1,0 +1,118 @@
+"""Job specs are checked before anything runs; every problem is named with its key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.jobs_spec import InvalidJobSpecError, find_cycle, load_job_spec, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path: Path, spec: dict, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _task(key: str, *deps: str, **extra) -> dict:
+    return {
+        "task_key": key,
+        "depends_on": [{"task_key": d} for d in deps],
+        "spark_python_task": {
+            "python_file": "pipelines/jobs/bronze_job.py",
+            "parameters": ["--once"],
+        },
+        **extra,
+    }
+
+
+def test_the_shipped_specs_are_valid():
+    for spec in sorted((ROOT / "conf" / "jobs").glob("*.yaml")):
+        job = load_job_spec(spec, ROOT)
+        assert job.tasks and job.name
+
+
+def test_a_valid_spec_is_read_with_its_settings(tmp_path):
+    spec = {
+        "name": "j",
+        "parameters": [{"name": "env", "default": "local"}],
+        "job_clusters": [{"job_cluster_key": "c", "new_cluster": {
+            "spark_conf": {"spark.master": "spark://127.0.0.1:7077", "spark.executor.memory": "1g"},
+            "spark_env_vars": {"X": "1"}}}],
+        "tasks": [
+            _task("a", job_cluster_key="c", max_retries=2, min_retry_interval_millis=500,
+                  timeout_seconds=60, retry_on_timeout=True),
+            _task("b", "a", run_if="ALL_DONE", existing_cluster_id="spark://h:7077"),
+        ],
+    }  # fmt: skip
+    job = load_job_spec(_write(tmp_path, spec), ROOT)
+    a, b = job.tasks
+    assert (a.max_retries, a.min_retry_interval_ms, a.timeout_seconds, a.retry_on_timeout) == (
+        2,
+        500,
+        60,
+        True,
+    )
+    assert a.cluster.master == "spark://127.0.0.1:7077"
+    assert a.cluster.spark_conf == {"spark.executor.memory": "1g"} and a.cluster.env == {"X": "1"}
+    assert (b.depends_on, b.run_if, b.cluster.master) == (("a",), "ALL_DONE", "spark://h:7077")
+    assert job.parameters == {"env": "local"}
+    assert a.python_file == ROOT / "pipelines/jobs/bronze_job.py"
+
+
+def test_every_problem_is_named_at_once(tmp_path):
+    spec = {
+        "name": "broken",
+        "colour": "red",
+        "tasks": [
+            _task("a", "c"),
+            _task("b", "a"),
+            _task("c", "b"),
+            _task("d", "nope", run_if="SOMETIMES"),
+            {"task_key": "e", "spark_python_task": {"python_file": "jobs/missing.py",
+                                                    "parameters": ["{{job.parameters.env}}"]}},
+            _task("a"),
+            _task("f", max_retries="3"),
+        ],
+    }  # fmt: skip
+    path = _write(tmp_path, spec)
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(path, ROOT)
+    message = str(e.value)
+    assert message.startswith(f"job spec {path} is invalid (8 problems):")
+    for expected in (
+        "job.colour: unknown key",
+        "tasks[d].depends_on: unknown task_key 'nope'",
+        "tasks[d].run_if: 'SOMETIMES' is not one of ALL_SUCCESS",
+        f"tasks[e].spark_python_task.python_file: {ROOT / 'jobs/missing.py'} does not exist",
+        "tasks[e].spark_python_task.parameters: unknown reference {{job.parameters.env}}",
+        "tasks[a]: task_key used 2 times",
+        "tasks[f].max_retries: expected an integer >= -1, got '3'",
+        "tasks: dependency cycle a -> c -> b -> a",
+    ):
+        assert expected in message, message
+
+
+def test_find_cycle_and_resolve():
+    assert find_cycle({"a": (), "b": ("a",), "c": ("a", "b")}) is None
+    assert find_cycle({"a": ("a",)}) == ["a", "a"]
+    assert resolve("--env={{ job.parameters.env }}/{{task.name}}",
+                   {"job.parameters.env": "test", "task.name": "t"}) == "--env=test/t"  # fmt: skip
+
+
+def test_the_cli_refuses_an_invalid_spec_before_anything_starts(tmp_path):
+    path = _write(tmp_path, {"name": "x", "tasks": [_task("a", "a")]})
+    env = {"LAKEHOUSE__STORAGE__ROOT": str(tmp_path / "lake"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--env", "test", "jobs", "run", str(path)],
+                            capture_output=True, text=True, env=env, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"error: job spec {path} is invalid (1 problem):\n  - tasks: dependency cycle a -> a"
+    )
+    assert not (tmp_path / "lake").exists()
