@@ -40,7 +40,7 @@ from bronze.raw_records import (
 from pipelines import checkpoints
 from pipelines.config import LakehouseConf, StreamConf
 from pipelines.kafka_io import redacted, spark_kafka_options, topic_watermarks
-from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
+from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
 
 log = logging.getLogger("lakehouse.bronze")
 
@@ -285,6 +285,7 @@ def run_bronze(
         name="bronze",
         progress=progress,
         explain=lambda e: _explain_failure(e, conf, stream, tables),
+        event_log=event_log_for(spark, conf),
     )
 
 

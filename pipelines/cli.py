@@ -8,6 +8,7 @@
     lakehouse seed                        dimensions/products and customers from conf/seeds
     lakehouse run gold [--once]           silver -> gold windows and gold/late_events
     lakehouse dq [TABLE ...]              data-quality suites; results to quality/results and Data Docs
+    lakehouse cluster start|stop|status   a Spark standalone cluster (master + workers) on this machine
     lakehouse jobs run SPEC [--param k=v]  a Databricks-style job spec, tasks as spark-submit
     lakehouse jobs validate SPEC          check a spec without running it
     lakehouse jobs runs [--run-id N]      the recorded runs, one line per task attempt
@@ -70,7 +71,7 @@ def jobs_command(conf: LakehouseConf, args: argparse.Namespace) -> int:
             raise InvalidJobSpecError(f"--param {p!r}: expected NAME=VALUE")
         k, v = p.split("=", 1)
         params[k] = v
-    run = JobRunner(conf, spec, parameters=params, grace_seconds=args.grace_seconds,
+    run = JobRunner(conf, spec, parameters=params, grace_seconds=args.grace_seconds, master=args.master,
                     echo=lambda m: print(m, file=sys.stderr, flush=True)).run()  # fmt: skip
     return {"SUCCESS": 0, "CANCELED": 130}.get(run.state, 1)
 
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("seed", help="load the dimension tables from the seed files")
     dq = sub.add_parser("dq", help="run the data-quality suites (Great Expectations)")
     dq.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
+    cluster = sub.add_parser("cluster", help="a Spark standalone cluster on this machine")
+    cluster.add_argument("action", choices=["start", "stop", "status"])
     jobs = sub.add_parser("jobs", help="Databricks-style multi-task jobs on open-source Spark")
     jobs_sub = jobs.add_subparsers(dest="action", required=True)
     jobs_run = jobs_sub.add_parser("run", help="run a job spec (conf/jobs/*.yaml)")
@@ -240,6 +243,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             for o in outcomes:
                 print(f"quality: {o.suite:<30} {'passed' if o.success else 'FAILED (warn)'}")
+        elif args.command == "cluster":
+            from pipelines import cluster as standalone
+
+            if args.action == "start":
+                standalone.start(conf)
+            elif args.action == "stop":
+                standalone.stop(conf)
+            else:
+                st = standalone.status(conf)
+                print(f"cluster: {st.detail}")
+                return 0 if st.running else 1
         elif args.command == "jobs":
             return jobs_command(conf, args)
         elif args.command == "jars":

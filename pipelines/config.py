@@ -129,6 +129,33 @@ class QualityConf:
 
 
 @dataclass(frozen=True)
+class ClusterConf:
+    """The Spark standalone cluster of `lakehouse cluster start`: a master and its workers."""
+
+    host: str = "127.0.0.1"
+    master_port: int = 7077
+    master_webui_port: int = 8080
+    workers: int = 2
+    worker_cores: int = 1
+    worker_memory: str = "2g"
+    dir: str = ".lakehouse/cluster"
+    start_timeout_s: int = 60
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
+
+
+@dataclass(frozen=True)
+class EventLogConf:
+    """The event log: every streaming query's progress, appended to a Delta table."""
+
+    enabled: bool = True
+    table: str = "system/event_log"
+    flush_interval_s: float = 10.0  # how often buffered progress rows are written
+
+
+@dataclass(frozen=True)
 class ProducerConf:
     """Defaults of `lakehouse produce` for the reference stream."""
 
@@ -153,6 +180,8 @@ class LakehouseConf:
     silver: SilverConf = field(default_factory=SilverConf)
     gold: GoldConf = field(default_factory=GoldConf)
     quality: QualityConf = field(default_factory=QualityConf)
+    event_log: EventLogConf = field(default_factory=EventLogConf)
+    cluster: ClusterConf = field(default_factory=ClusterConf)
     producer: ProducerConf = field(default_factory=ProducerConf)
     streams: dict[str, StreamConf] = field(default_factory=dict)
 
@@ -184,6 +213,10 @@ class LakehouseConf:
     @property
     def broker_data_dir(self) -> Path:
         return _resolve(self.local_broker.data_dir)
+
+    @property
+    def cluster_dir(self) -> Path:
+        return _resolve(self.cluster.dir)
 
     def with_overrides(self, **sections: Any) -> LakehouseConf:
         """A copy with whole sections or fields replaced, e.g. storage=StorageConf(root=...)."""

@@ -11,14 +11,19 @@ from pipelines import kafka_local
 from pipelines.bronze import bronze_tables, run_bronze
 from pipelines.config import LakehouseConf
 from pipelines.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.orders_stream import StreamOptions, StreamPlan, generate_orders_stream
 from pipelines.produce import produce_plan
 from pipelines.silver import run_silver, silver_tables
 from pipelines.spark import build_spark
 
 
-def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
-    """Start Kafka, produce a stream with every twist, ingest it to bronze, print a summary."""
+def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) -> None:
+    """Start Kafka, then in `rounds` rounds: produce a part of a stream with every twist and run
+    bronze, silver and gold on what arrived (as a scheduled job would); print a summary.
+
+    The stream's event time runs at 2 events/s, so it spans more than the allowed lateness and
+    the late events of the later rounds really are late for gold.
+    """
     kafka_local.start(conf)
     stream = conf.stream(conf.producer.stream)
     plan = generate_orders_stream(
@@ -26,6 +31,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
             orders=orders or conf.producer.orders,
             seed=conf.producer.seed,
             partitions=stream.partitions,
+            events_per_second=2.0,
             redelivery_rate=0.05,
             out_of_order_rate=0.1,
             late_rate=0.01,
@@ -35,18 +41,24 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
             unknown_dimension_rate=0.01,
         )
     )
-    report = produce_plan(conf, plan, stream.topic, track=False, progress=True)
     spark = build_spark(conf, app_name="lakehouse-demo")
-    started = time.monotonic()
-    run_bronze(spark, conf, conf.producer.stream, once=True)
-    seconds = time.monotonic() - started
-    started = time.monotonic()
-    run_silver(spark, conf, conf.producer.stream, once=True)
-    silver_seconds = time.monotonic() - started
     seed_dimensions(spark, conf)
-    started = time.monotonic()
-    run_gold(spark, conf, once=True)
-    gold_seconds = time.monotonic() - started
+    seconds = {"bronze": 0.0, "silver": 0.0, "gold": 0.0}
+    records = plan.records
+    counts: dict[str, int] = {}
+    for i in range(rounds):
+        part = records[len(records) * i // rounds : len(records) * (i + 1) // rounds]
+        print(f"\n--- round {i + 1}/{rounds}: {len(part):,} records ---", file=sys.stderr)
+        report = produce_plan(conf, StreamPlan(plan.options, part), stream.topic, track=False)
+        for k, v in report.counts.items():
+            counts[k] = counts.get(k, 0) + v
+        for layer, run in (("bronze", run_bronze), ("silver", run_silver), ("gold", run_gold)):
+            started = time.monotonic()
+            if layer == "gold":
+                run(spark, conf, once=True)
+            else:
+                run(spark, conf, conf.producer.stream, once=True)
+            seconds[layer] += time.monotonic() - started
     tables = bronze_tables(conf, stream)
     raw = spark.read.format("delta").load(tables.raw)
     total = raw.count()
@@ -57,16 +69,15 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
     gaps = spark.read.format("delta").load(tables.gaps).count()
     out = sys.stdout
     print("\n=== lakehouse demo: summary ===", file=out)
-    print(
-        f"produced this run   {report.counts['records']:>10,} records to {stream.topic}", file=out
-    )
-    for k, v in report.counts.items():
+    print(f"produced this run   {counts['records']:>10,} records to {stream.topic}", file=out)
+    for k, v in counts.items():
         if k != "records" and v:
             print(f"  {k:<30} {v:>8,}", file=out)
     print(f"bronze/orders_raw   {total:>10,} rows  ({tables.raw})", file=out)
     print(f"  per partition     {dict(sorted(per_partition.items()))}", file=out)
     print(f"  retention gaps    {gaps:>10,}", file=out)
-    print(f"bronze run          {seconds:>10.1f} s, start-up included", file=out)
+    print(f"bronze runs         {seconds['bronze']:>10.1f} s ({counts['records'] / seconds['bronze']:,.0f} records/s, "
+          f"{rounds} rounds, start-up included)", file=out)  # fmt: skip
     st = silver_tables(conf, stream)
     events = spark.read.format("delta").load(st.events).count()
     orders = spark.read.format("delta").load(st.state)
@@ -85,7 +96,10 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
     if len(reasons) > 10:
         rest = sum(r["count"] for r in reasons[10:])
         print(f"  {rest:>6,}  ... {len(reasons) - 10} more reasons", file=out)
-    print(f"silver run          {silver_seconds:>10.1f} s, start-up included", file=out)
+    print(
+        f"silver runs         {seconds['silver']:>10.1f} s ({counts['records'] / seconds['silver']:,.0f} records/s)",
+        file=out,
+    )
     gt = gold_tables(conf)
     revenue = spark.read.format("delta").load(gt.revenue)
     countries = spark.read.format("delta").load(gt.countries)
@@ -101,7 +115,10 @@ def run_demo(conf: LakehouseConf, orders: int | None = None) -> None:
     print(
         f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)", file=out
     )
-    print(f"gold run            {gold_seconds:>10.1f} s, start-up included", file=out)
+    print(
+        f"gold runs           {seconds['gold']:>10.1f} s ({events / seconds['gold']:,.0f} events/s)",
+        file=out,
+    )
     from pipelines.quality import QualityCheckFailedError, run_quality
 
     try:

@@ -11,6 +11,7 @@ EXIT_KNOWN_ERROR = 2
 
 def _known() -> tuple[type[BaseException], ...]:
     from pipelines.bronze import BronzeFailedError, RetentionGapError
+    from pipelines.cluster import ClusterError
     from pipelines.config import InvalidConfigError
     from pipelines.gold import GoldFailedError
     from pipelines.jars import JarResolutionError
@@ -24,7 +25,7 @@ def _known() -> tuple[type[BaseException], ...]:
     return (
         BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
         KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
-        GoldFailedError, QualityCheckFailedError, InvalidJobSpecError,
+        GoldFailedError, QualityCheckFailedError, InvalidJobSpecError, ClusterError,
     )  # fmt: skip
 
 

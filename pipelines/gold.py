@@ -30,7 +30,7 @@ from gold.late_events import late_events, on_time_events
 from pipelines import checkpoints
 from pipelines.config import LakehouseConf
 from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
+from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
 from pipelines.silver import silver_tables
 
 PRODUCTS_SCHEMA = "product_id string, name string, category string, list_price decimal(12,2)"
@@ -239,4 +239,4 @@ def run_gold(spark: SparkSession, conf: LakehouseConf, *, once: bool = False,
         return GoldFailedError(f"gold from {tables.events} failed: {first_line(str(e))}")
 
     return run_query(lambda: start_gold(spark, conf, once=once), name="gold",
-                     progress=progress, explain=explain)  # fmt: skip
+                     progress=progress, explain=explain, event_log=event_log_for(spark, conf))  # fmt: skip

@@ -100,7 +100,9 @@ def read_runs(conf: LakehouseConf, run_id: int | None = None, limit: int = 20) -
                   key=lambda r: (r["run_id"], r["start_time"], r["attempt"]))  # fmt: skip
 
 
-def spark_submit_command(conf: LakehouseConf, task: Task, parameters: list[str]) -> list[str]:
+def spark_submit_command(
+    conf: LakehouseConf, task: Task, parameters: list[str], master: str | None = None
+) -> list[str]:
     from pipelines.jars import spark_jars
     from pipelines.spark import LOG4J2, session_settings
 
@@ -108,7 +110,7 @@ def spark_submit_command(conf: LakehouseConf, task: Task, parameters: list[str])
     settings.pop("spark.driver.memory", None)  # a driver setting: given as --driver-memory
     cmd = [
         str(Path(sys.executable).with_name("spark-submit")),
-        "--master", task.cluster.master or conf.spark.master,
+        "--master", master or task.cluster.master or conf.spark.master,
         "--name", f"{task.key}",
         "--driver-memory", task.cluster.spark_conf.get("spark.driver.memory", conf.spark.driver_memory),
         "--jars", ",".join(str(j) for j in spark_jars()),
@@ -127,9 +129,11 @@ class JobRunner:
     """Runs one spec once; `run()` returns the JobRun with every attempt."""
 
     def __init__(self, conf: LakehouseConf, spec: JobSpec, *, parameters: dict[str, str] | None = None,
-                 grace_seconds: float = 120, echo=print, env: dict[str, str] | None = None) -> None:  # fmt: skip
+                 grace_seconds: float = 120, echo=print, env: dict[str, str] | None = None,
+                 master: str | None = None) -> None:  # fmt: skip
         self.conf, self.spec, self.grace = conf, spec, grace_seconds
         self.env = dict(os.environ if env is None else env)
+        self.master = master
         self.parameters = {**spec.parameters, **(parameters or {})}
         unknown = set(parameters or {}) - set(spec.parameters)
         if unknown:
@@ -142,6 +146,7 @@ class JobRunner:
         self.echo = echo
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+        self.record_lock = threading.Lock()
         self.processes: dict[str, subprocess.Popen] = {}
         self.done = threading.Condition(self.lock)
 
@@ -153,7 +158,7 @@ class JobRunner:
 
     def _attempt(self, run: JobRun, task: Task, attempt: int) -> Attempt:
         params = [resolve(p, self._refs(task, attempt)) for p in task.parameters]
-        cmd = spark_submit_command(self.conf, task, params)
+        cmd = spark_submit_command(self.conf, task, params, self.master)
         log_path = self.logs / f"{task.key}-{attempt}.log"
         env = {**self.env, **task.cluster.env, "PYSPARK_PYTHON": sys.executable,
                "PYSPARK_DRIVER_PYTHON": sys.executable, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id),
@@ -204,11 +209,24 @@ class JobRunner:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
+    def _record(self, run: JobRun, a: Attempt) -> None:
+        with self.record_lock:  # one writer at a time: appends never race each other
+            record_attempt(self.conf, run, a)
+
     def _run_task(self, run: JobRun, task: Task) -> None:
+        try:
+            self._attempts(run, task)
+        except Exception as e:  # the runner itself failed (not the task): never hang the job
+            self.echo(f"[{self.spec.name}] {task.key}: runner error: {e}")
+            with self.done:
+                run.states[task.key] = "FAILED"
+                self.done.notify_all()
+
+    def _attempts(self, run: JobRun, task: Task) -> None:
         attempt = 0
         while True:
             a = self._attempt(run, task, attempt)
-            record_attempt(self.conf, run, a)
+            self._record(run, a)
             with self.lock:
                 run.attempts.append(a)
             detail = f": {a.message}" if a.message else ""
@@ -298,7 +316,7 @@ class JobRunner:
                                         else "not run: the job was stopped", "")  # fmt: skip
                             run.attempts.append(a)
                             self.echo(f"[{self.spec.name}] {task.key}: {decision} ({a.message})")
-                            record_attempt(self.conf, run, a)
+                            self._record(run, a)
                     if len(run.states) == len(self.spec.tasks):
                         break
                     self.done.wait(1)

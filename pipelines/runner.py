@@ -50,12 +50,22 @@ def _jvm_ignores_sigterm() -> Callable[[], None]:
     return lambda: jvm_signal.handle(term, previous)
 
 
+def event_log_for(spark, conf):
+    """The event log of this driver's queries, or None when `event_log.enabled` is false."""
+    if not conf.event_log.enabled:
+        return None
+    from pipelines.event_log import EventLog
+
+    return EventLog(spark, conf)
+
+
 def run_query(
     start: Callable[[], StreamingQuery],
     *,
     name: str,
     progress: bool,
     explain: Callable[[StreamingQueryException], Exception],
+    event_log=None,
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
@@ -65,6 +75,18 @@ def run_query(
     as the readable error that `explain` makes of it. Returns the finished query.
     """
     console = ConsoleProgress(name) if progress else None
+    logged = -1
+
+    def report(query: StreamingQuery) -> None:
+        nonlocal logged
+        if console:
+            console.update(query)
+        if event_log is not None:
+            for p in query.recentProgress:
+                if p.batchId > logged:
+                    logged = p.batchId
+                    event_log.record(p)
+
     stop_requested = threading.Event()
 
     def request_stop(signum, _frame):
@@ -88,8 +110,7 @@ def run_query(
             )
         while query.isActive and not stop_requested.is_set():
             query.awaitTermination(1)
-            if console:
-                console.update(query)
+            report(query)
         if stop_requested.is_set():
             # Spark's stop() interrupts a running batch: wait until none is running
             while query.isActive and query.status["isTriggerActive"]:
@@ -100,14 +121,16 @@ def run_query(
         except StreamingQueryException as e:
             if not (STOPPING.is_set() and "StopRequested" in str(e)):
                 raise
+        report(query)
         if console:
-            console.update(query)
             print(f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
                   file=sys.stderr, flush=True)  # fmt: skip
         return query
     except StreamingQueryException as e:
         raise explain(e) from None
     finally:
+        if event_log is not None:
+            event_log.flush()
         restore_jvm()
         STOPPING.clear()
         for sig, handler in previous.items():

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines import checkpoints
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
 from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import first_line, refuse_new_batch_when_stopping, run_query
+from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
 from silver.order_events import (
     ORDER_EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -209,6 +209,7 @@ def run_silver(
         name="silver",
         progress=progress,
         explain=explain,
+        event_log=event_log_for(spark, conf),
     )
 
 

@@ -217,3 +217,27 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     in_table = {r[0]: r[1] + 1 for r in spark.read.format("delta").load(bronze.raw)
                 .groupBy("partition").agg(F.max("offset")).collect()}  # fmt: skip
     assert in_table == {p: o for p, o in ends.items() if o > 0}
+
+    # the event log: one row per batch of each layer, tagged with the job run and task
+    events = spark.read.format("delta").load(lake.table_path("system/event_log"))
+    assert {(r.job_run_id, r.task) for r in events.select("job_run_id", "task").distinct().collect()} == {
+        (str(rows[0]["run_id"]), t) for t in ("bronze", "silver", "gold")
+    }  # fmt: skip
+    bronze_rows = spark.read.format("delta").load(bronze.raw).count()
+    assert events.where("task = 'bronze'").agg(F.sum("input_rows")).first()[0] == bronze_rows
+    assert (
+        events.where("task = 'bronze' AND input_rows > 0").agg(F.max("kafka_lag")).first()[0] == 0
+    )
+    for task, checkpoint in (
+        ("bronze", bronze.checkpoint),
+        ("silver", silver.checkpoint),
+        ("gold", gold.checkpoint),
+    ):
+        with_rows = {
+            r[0]
+            for r in events.where(f"task = '{task}' AND input_rows > 0")
+            .select("batch_id")
+            .collect()
+        }
+        committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
+        assert with_rows and with_rows <= committed, (task, with_rows, committed)

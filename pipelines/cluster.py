@@ -1,0 +1,163 @@
+"""A Spark standalone cluster on this machine: a master and workers from pyspark's own jars.
+
+`lakehouse cluster start | stop | status`. pip's pyspark ships no start scripts, so the deploy
+classes (`org.apache.spark.deploy.master.Master`, `...worker.Worker`) run directly on its jars.
+The same layer jobs then run on it with `spark-submit --master spark://127.0.0.1:7077`: the step
+from one machine to a distributed engine. Logs, pids and work dirs live in `cluster.dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+from pipelines.config import LakehouseConf
+from pipelines.jars import java_executable
+
+
+class ClusterError(RuntimeError):
+    """The standalone cluster cannot start or answer; the message says which part and why."""
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    running: bool
+    master_url: str
+    alive_workers: int
+    cores: int
+    detail: str
+
+
+def spark_home() -> Path:
+    return Path(pyspark.__file__).parent
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pids(conf: LakehouseConf) -> dict[str, int]:
+    pids = {}
+    for f in sorted(conf.cluster_dir.glob("*.pid")):
+        try:
+            pid = int(f.read_text().strip())
+        except ValueError:
+            continue
+        if _pid_alive(pid):
+            pids[f.stem] = pid
+        else:
+            f.unlink(missing_ok=True)
+    return pids
+
+
+def _master_state(conf: LakehouseConf) -> dict | None:
+    c = conf.cluster
+    try:
+        with urllib.request.urlopen(f"http://{c.host}:{c.master_webui_port}/json/", timeout=2) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def status(conf: LakehouseConf) -> ClusterStatus:
+    c = conf.cluster
+    state = _master_state(conf)
+    if state is None:
+        running = bool(_pids(conf))
+        detail = (f"master {c.master_url} does not answer on http://{c.host}:{c.master_webui_port}"
+                  + (" (processes are up: starting, or stuck; see logs in " + str(conf.cluster_dir) + ")" if running else ""))  # fmt: skip
+        return ClusterStatus(False, c.master_url, 0, 0, detail)
+    alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+    cores = sum(int(w.get("cores", 0)) for w in alive)
+    detail = (f"master {c.master_url} ({state.get('status')}), {len(alive)} worker(s) alive, "
+              f"{cores} core(s), UI http://{c.host}:{c.master_webui_port}")  # fmt: skip
+    return ClusterStatus(True, c.master_url, len(alive), cores, detail)
+
+
+def _launch(conf: LakehouseConf, name: str, main_class: str, args: list[str]) -> int:
+    d = conf.cluster_dir
+    log = open(d / f"{name}.out", "ab")
+    env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
+           "SPARK_LOCAL_IP": conf.cluster.host, "SPARK_LOG_DIR": str(d),
+           # the launcher that builds executor command lines wants it (spark-class sets it)
+           "SPARK_SCALA_VERSION": "2.13"}  # fmt: skip
+    cmd = [java_executable(), "-Xmx512m", "-cp", f"{spark_home() / 'jars'}/*", main_class, *args]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d,
+                            start_new_session=True)  # fmt: skip
+    (d / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
+    """Start the master and the workers (idempotent); return once every worker is registered."""
+    c = conf.cluster
+    current = status(conf)
+    if current.running and current.alive_workers >= c.workers:
+        if not quiet:
+            print(f"cluster: already running: {current.detail}")
+        return current
+    d = conf.cluster_dir
+    d.mkdir(parents=True, exist_ok=True)
+    pids = _pids(conf)
+    if "master" not in pids:
+        _launch(conf, "master", "org.apache.spark.deploy.master.Master",
+                ["--host", c.host, "--port", str(c.master_port), "--webui-port", str(c.master_webui_port)])  # fmt: skip
+    for i in range(1, c.workers + 1):
+        if f"worker-{i}" not in pids:
+            work = d / f"worker-{i}"
+            work.mkdir(exist_ok=True)
+            _launch(conf, f"worker-{i}", "org.apache.spark.deploy.worker.Worker", [
+                "--host", c.host, "--cores", str(c.worker_cores), "--memory", c.worker_memory,
+                "--work-dir", str(work), "--webui-port", "0", c.master_url])  # fmt: skip
+    deadline = time.monotonic() + c.start_timeout_s
+    while True:
+        st = status(conf)
+        if st.running and st.alive_workers >= c.workers:
+            break
+        dead = [n for n in ("master", *(f"worker-{i}" for i in range(1, c.workers + 1)))
+                if n not in _pids(conf)]  # fmt: skip
+        if dead or time.monotonic() > deadline:
+            out = d / f"{dead[0] if dead else 'master'}.out"
+            tail = out.read_text(errors="replace").splitlines()[-5:] if out.exists() else []
+            why = f"{', '.join(dead)} exited" if dead else f"not ready after {c.start_timeout_s}s"
+            stop(conf, quiet=True)
+            raise ClusterError(f"standalone cluster {c.master_url}: {why} ({st.detail}); "
+                               f"last lines of {out}:\n" + "\n".join(tail))  # fmt: skip
+        time.sleep(0.5)
+    if not quiet:
+        print(f"cluster: {st.detail}")
+    return st
+
+
+def stop(conf: LakehouseConf, quiet: bool = False) -> None:
+    """Stop the workers, then the master (idempotent)."""
+    pids = _pids(conf)
+    for name in sorted(pids, key=lambda n: n == "master"):
+        try:
+            os.killpg(pids[name], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 30
+    while _pids(conf) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in _pids(conf).values():
+        os.killpg(pid, signal.SIGKILL)
+    for f in conf.cluster_dir.glob("*.pid") if conf.cluster_dir.exists() else []:
+        f.unlink(missing_ok=True)
+    if not quiet:
+        print(f"cluster: stopped ({', '.join(sorted(pids)) or 'nothing was running'})")

@@ -1,0 +1,130 @@
+"""The event log: every streaming query's progress as rows of a Delta table, like the event log
+of a managed pipeline: query, batch, input rows, rows/s, durations, watermark, state rows and
+Kafka lag per partition, tagged with the job run and task that produced them.
+
+The driver's thread that waits for a query hands each new progress report to `EventLog.record`;
+rows are appended in small batches (`event_log.flush_interval_s`) and once more at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from pipelines.config import LakehouseConf
+
+EVENT_LOG_SCHEMA = (
+    "event_time timestamp, query_name string, query_id string, query_run_id string, "
+    "batch_id bigint, input_rows bigint, input_rows_per_s double, processed_rows_per_s double, "
+    "batch_duration_ms bigint, durations_ms map<string,bigint>, watermark string, "
+    "state_rows bigint, state_memory_bytes bigint, kafka_lag bigint, "
+    "kafka_lag_per_partition map<string,bigint>, sources string, job_run_id string, "
+    "task string, host string, event_date string"
+)
+
+
+def kafka_lag_per_partition(latest: str | None, end: str | None) -> dict[str, int] | None:
+    """`topic-partition` -> offsets behind the newest record, from a Kafka source's progress."""
+    try:
+        latest_o, end_o = json.loads(latest or ""), json.loads(end or "")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(latest_o, dict) or not isinstance(end_o, dict):
+        return None
+    lags = {}
+    for topic, parts in latest_o.items():
+        if not isinstance(parts, dict):
+            return None  # not a Kafka source: a Delta source reports other offsets
+        for p, o in parts.items():
+            lags[f"{topic}-{p}"] = max(0, int(o) - int(end_o.get(topic, {}).get(p, 0)))
+    return lags
+
+
+def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> dict:
+    """One event-log row of a StreamingQueryProgress."""
+    lags: dict[str, int] = {}
+    kafka = False
+    for s in p.sources:
+        part = kafka_lag_per_partition(s.latestOffset, s.endOffset)
+        if part is not None:
+            kafka = True
+            lags.update(part)
+    when = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
+    return {
+        "event_time": when,
+        "query_name": p.name,
+        "query_id": str(p.id),
+        "query_run_id": str(p.runId),
+        "batch_id": p.batchId,
+        "input_rows": p.numInputRows,
+        "input_rows_per_s": float(p.inputRowsPerSecond or 0.0),
+        "processed_rows_per_s": float(p.processedRowsPerSecond or 0.0),
+        "batch_duration_ms": int(p.batchDuration),
+        "durations_ms": {k: int(v) for k, v in (p.durationMs or {}).items()},
+        "watermark": (p.eventTime or {}).get("watermark"),
+        "state_rows": sum(op.numRowsTotal for op in p.stateOperators),
+        "state_memory_bytes": sum(op.memoryUsedBytes for op in p.stateOperators),
+        "kafka_lag": sum(lags.values()) if kafka else None,
+        "kafka_lag_per_partition": lags if kafka else None,
+        "sources": json.dumps(
+            [
+                {
+                    "description": s.description,
+                    "startOffset": s.startOffset,
+                    "endOffset": s.endOffset,
+                    "latestOffset": s.latestOffset,
+                    "numInputRows": s.numInputRows,
+                }
+                for s in p.sources
+            ]
+        ),  # fmt: skip
+        "job_run_id": job_run_id,
+        "task": task,
+        "host": socket.gethostname(),
+        "event_date": when.strftime("%Y-%m-%d"),
+    }
+
+
+class EventLog:
+    """Buffers progress rows and appends them to the event-log table."""
+
+    def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
+        self.spark = spark
+        self.path = conf.table_path(conf.event_log.table)
+        self.interval = conf.event_log.flush_interval_s
+        self.rows: list[dict] = []
+        self.last_flush = time.monotonic()
+        self.job_run_id = os.environ.get("LAKEHOUSE_JOB_RUN_ID")
+        self.task = os.environ.get("LAKEHOUSE_TASK_KEY")
+        self.written = 0
+
+    def record(self, progress) -> None:
+        self.rows.append(progress_row(progress, self.job_run_id, self.task))
+        if time.monotonic() - self.last_flush >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered rows; a failure is reported, never fatal to the job."""
+        self.last_flush = time.monotonic()
+        if not self.rows:
+            return
+        rows, self.rows = self.rows, []
+        try:
+            (
+                self.spark.createDataFrame(rows, EVENT_LOG_SCHEMA)
+                .write.format("delta").mode("append").partitionBy("event_date")
+                .save(self.path)
+            )  # fmt: skip
+            self.written += len(rows)
+        except Exception as e:  # the log is a courtesy: a failed append must not stop a job
+            print(f"event log: could not append {len(rows)} rows to {self.path}: "
+                  f"{str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)  # fmt: skip
+
+
+__all__ = ["EVENT_LOG_SCHEMA", "EventLog", "progress_row", "kafka_lag_per_partition", "UTC"]

@@ -1,0 +1,68 @@
+"""The same jobs on a Spark standalone cluster (master + 2 workers) give the same tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.request
+
+import pytest
+import yaml
+
+from pipelines import cluster
+from pipelines.bronze import run_bronze
+from pipelines.config import StorageConf
+from pipelines.gold import run_gold, seed_dimensions
+from pipelines.jobs_runner import JobRunner
+from pipelines.jobs_spec import load_job_spec
+from pipelines.silver import run_silver
+from tests.conftest import _free_port, subprocess_env
+from tests.helpers import produce
+
+pytestmark = pytest.mark.integration
+
+TABLES = ["silver/order_events", "silver/orders", "silver/orders_quarantine",
+          "gold/revenue_by_category_1m", "gold/orders_by_country_5m", "gold/late_events"]  # fmt: skip
+
+
+def test_the_batch_job_on_a_standalone_cluster_gives_the_local_mode_tables(spark, lake, tmp_path):
+    produce(lake, orders=400, seed=71, redelivery_rate=0.05, invalid_rate=0.03, out_of_order_rate=0.1,
+            null_key_rate=0.03, unknown_dimension_rate=0.02, late_rate=0.02)  # fmt: skip
+    conf = lake.with_overrides(cluster=dataclasses.replace(
+        lake.cluster, master_port=_free_port(), master_webui_port=_free_port(),
+        dir=str(tmp_path / "cluster"), worker_memory="1g"))  # fmt: skip
+    # the shipped batch spec without its quality steps (they are tested elsewhere)
+    spec = yaml.safe_load(open("conf/jobs/orders_batch.yaml"))
+    spec["tasks"] = [t for t in spec["tasks"] if not t["task_key"].startswith("quality")]
+    spec_path = tmp_path / "orders_batch.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+
+    status = cluster.start(conf, quiet=True)
+    try:
+        assert (status.alive_workers, status.cores) == (2, 2)
+        lines: list[str] = []
+        run = JobRunner(conf, load_job_spec(spec_path), parameters={"env": "test"},
+                        master=conf.cluster.master_url, env=subprocess_env(conf), echo=lines.append).run()  # fmt: skip
+        assert run.state == "SUCCESS", "\n".join(lines)
+        c = conf.cluster
+        with urllib.request.urlopen(f"http://{c.host}:{c.master_webui_port}/json/") as r:
+            apps = json.loads(r.read())["completedapps"]
+        assert sorted((a["name"], a["state"]) for a in apps) == [
+            ("lakehouse-bronze-orders", "FINISHED"), ("lakehouse-gold", "FINISHED"),
+            ("lakehouse-setup", "FINISHED"), ("lakehouse-silver-orders", "FINISHED"),
+        ]  # fmt: skip
+    finally:
+        cluster.stop(conf, quiet=True)
+    assert not cluster.status(conf).running
+
+    local = lake.with_overrides(storage=StorageConf(root=str(tmp_path / "local")))
+    seed_dimensions(spark, local)
+    for run_layer in (run_bronze, run_silver, run_gold):
+        run_layer(spark, local, once=True, progress=False)
+    for table in TABLES:
+        on_cluster = spark.read.format("delta").load(conf.table_path(table))
+        in_local = spark.read.format("delta").load(local.table_path(table))
+        assert on_cluster.count() == in_local.count(), table
+        assert on_cluster.exceptAll(in_local).count() == 0, table
+        assert in_local.exceptAll(on_cluster).count() == 0, table
+    assert spark.read.format("delta").load(local.table_path("silver/orders")).count() == 400

@@ -1,0 +1,59 @@
+"""The notebooks run headless against real tables, so they never rot."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from pipelines.bronze import run_bronze
+from pipelines.gold import run_gold, seed_dimensions
+from pipelines.quality import run_quality
+from pipelines.silver import run_silver
+from tests.conftest import subprocess_env
+from tests.helpers import produce
+
+pytestmark = pytest.mark.integration
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def _outputs(nb) -> str:
+    return "\n".join(
+        o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+        for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+    )  # fmt: skip
+
+
+def test_the_explore_notebook_runs_on_the_pipeline_tables(spark, lake, monkeypatch):
+    produce(lake, orders=200, seed=61, redelivery_rate=0.05, invalid_rate=0.03)
+    seed_dimensions(spark, lake)
+    for run in (run_bronze, run_silver, run_gold):
+        run(spark, lake, once=True, progress=False)
+    produce(lake, orders=100, seed=62, redelivery_rate=0.05)
+    for run in (run_bronze, run_silver, run_gold):
+        run(spark, lake, once=True, progress=False)
+    run_quality(spark, lake)
+    bronze_rows = spark.read.format("delta").load(lake.table_path("bronze/orders_raw")).count()
+    quarantined = (
+        spark.read.format("delta").load(lake.table_path("silver/orders_quarantine")).count()
+    )
+
+    for key, value in subprocess_env(lake).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    nb = nbformat.read(NOTEBOOKS / "explore_lakehouse.ipynb", as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}
+    ).execute()
+
+    text = _outputs(nb)
+    assert f"bronze/orders_raw              {bronze_rows:>10,} rows, version 2" in text, text[:3000]
+    assert f"{quarantined:,} records in quarantine" in text
+    assert f"bronze_orders_raw: 2 batches with data, {bronze_rows:,} rows" in text, text[-3000:]
+    assert "Kafka -> bronze: p50" in text and "Kafka -> silver: p50" in text, text[-3000:]
+    figures = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+               if "image/png" in o.get("data", {})]  # fmt: skip
+    assert len(figures) == 2
