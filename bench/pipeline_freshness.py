@@ -44,7 +44,7 @@ from pipelines.bronze import bronze_tables, run_bronze, start_bronze
 from pipelines.config import StorageConf, load_config
 from pipelines.gold import gold_tables, seed_dimensions, start_gold
 from pipelines.kafka_io import ensure_topic
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.orders_stream import generate_orders_stream, with_every_twist
 from pipelines.produce import producer_settings
 from pipelines.progress import ConsoleProgress, kafka_lag
 from pipelines.silver import silver_tables, start_silver
@@ -60,11 +60,9 @@ Record = tuple[bytes | None, bytes, int]
 def generate_chunk(k: int) -> list[Record]:
     """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
     span = timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
-    plan = generate_orders_stream(StreamOptions(
+    plan = generate_orders_stream(with_every_twist(
         orders=CHUNK_ORDERS, seed=1000 + k, start_time=T0 + k * span,
-        events_per_second=EVENTS_PER_SECOND, redelivery_rate=0.05, out_of_order_rate=0.10,
-        late_rate=0.01, invalid_rate=0.02, null_key_rate=0.03, extra_field_rate=0.05,
-        unknown_dimension_rate=0.01))  # fmt: skip
+        events_per_second=EVENTS_PER_SECOND))  # fmt: skip
     return [(r.key, r.value, r.partition) for r in plan.records]
 
 

@@ -184,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a job parameter (repeatable)",
     )
     jobs_run.add_argument(
+        "--master",
+        help="run every task on this Spark master, e.g. spark://127.0.0.1:7077 "
+        "(default: the spec's cluster settings)",
+    )
+    jobs_run.add_argument(
         "--grace-seconds",
         type=float,
         default=120,

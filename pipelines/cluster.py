@@ -22,6 +22,7 @@ import pyspark
 
 from pipelines.config import LakehouseConf
 from pipelines.jars import java_executable
+from pipelines.procs import pid_alive
 
 
 class ClusterError(RuntimeError):
@@ -41,16 +42,6 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _pids(conf: LakehouseConf) -> dict[str, int]:
     pids = {}
     for f in sorted(conf.cluster_dir.glob("*.pid")):
@@ -58,7 +49,7 @@ def _pids(conf: LakehouseConf) -> dict[str, int]:
             pid = int(f.read_text().strip())
         except ValueError:
             continue
-        if _pid_alive(pid):
+        if pid_alive(pid):
             pids[f.stem] = pid
         else:
             f.unlink(missing_ok=True)

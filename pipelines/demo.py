@@ -11,7 +11,7 @@ from pipelines import kafka_local
 from pipelines.bronze import bronze_tables, run_bronze
 from pipelines.config import LakehouseConf
 from pipelines.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.orders_stream import StreamOptions, StreamPlan, generate_orders_stream
+from pipelines.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
 from pipelines.produce import produce_plan
 from pipelines.silver import run_silver, silver_tables
 from pipelines.spark import build_spark
@@ -26,21 +26,9 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     """
     kafka_local.start(conf)
     stream = conf.stream(conf.producer.stream)
-    plan = generate_orders_stream(
-        StreamOptions(
-            orders=orders or conf.producer.orders,
-            seed=conf.producer.seed,
-            partitions=stream.partitions,
-            events_per_second=2.0,
-            redelivery_rate=0.05,
-            out_of_order_rate=0.1,
-            late_rate=0.01,
-            invalid_rate=0.02,
-            null_key_rate=0.03,
-            extra_field_rate=0.05,
-            unknown_dimension_rate=0.01,
-        )
-    )
+    plan = generate_orders_stream(with_every_twist(
+        orders=orders or conf.producer.orders, seed=conf.producer.seed,
+        partitions=stream.partitions, events_per_second=2.0))  # fmt: skip
     spark = build_spark(conf, app_name="lakehouse-demo")
     seed_dimensions(spark, conf)
     seconds = {"bronze": 0.0, "silver": 0.0, "gold": 0.0}

@@ -109,22 +109,59 @@ class EventLog:
         if time.monotonic() - self.last_flush >= self.interval:
             self.flush()
 
+    def ensure_table(self) -> None:
+        ensure_event_log(self.spark, self.path)
+
     def flush(self) -> None:
-        """Append the buffered rows; a failure is reported, never fatal to the job."""
+        """Append the buffered rows; a failure is reported and the rows are kept for the next
+        flush, never fatal to the job."""
+        from pipelines.delta_io import retry_on_conflict
+
         self.last_flush = time.monotonic()
         if not self.rows:
             return
-        rows, self.rows = self.rows, []
+        rows = self.rows
         try:
-            (
-                self.spark.createDataFrame(rows, EVENT_LOG_SCHEMA)
-                .write.format("delta").mode("append").partitionBy("event_date")
-                .save(self.path)
-            )  # fmt: skip
+            ensure_event_log(self.spark, self.path)
+            df = self.spark.createDataFrame(rows, EVENT_LOG_SCHEMA)
+            retry_on_conflict(lambda: df.write.format("delta").mode("append").save(self.path),
+                              what=self.path)  # fmt: skip
+            self.rows = self.rows[len(rows) :]
             self.written += len(rows)
         except Exception as e:  # the log is a courtesy: a failed append must not stop a job
-            print(f"event log: could not append {len(rows)} rows to {self.path}: "
-                  f"{str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)  # fmt: skip
+            self.rows = self.rows[-10_000:]
+            print(f"event log: could not append {len(rows)} rows to {self.path} (kept for the next "
+                  f"try): {str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)  # fmt: skip
 
 
-__all__ = ["EVENT_LOG_SCHEMA", "EventLog", "progress_row", "kafka_lag_per_partition", "UTC"]
+def is_batch(progress) -> bool:
+    """True for a report of a micro-batch that ran; an idle trigger's report carries the next
+    batch's id and no `addBatch` duration."""
+    return "addBatch" in (progress.durationMs or {})
+
+
+def ensure_event_log(spark: SparkSession, path: str) -> None:
+    """Create the event-log table if missing; several jobs starting at once may all try."""
+    from delta.tables import DeltaTable
+
+    from pipelines.delta_io import retry_on_conflict
+
+    if DeltaTable.isDeltaTable(spark, path):
+        return
+    schema = spark.createDataFrame([], EVENT_LOG_SCHEMA).schema
+    retry_on_conflict(
+        lambda: DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
+        .partitionedBy("event_date").property("delta.appendOnly", "true").execute(),
+        what=path,
+    )  # fmt: skip
+
+
+__all__ = [
+    "EVENT_LOG_SCHEMA",
+    "EventLog",
+    "ensure_event_log",
+    "is_batch",
+    "kafka_lag_per_partition",
+    "progress_row",
+    "UTC",
+]

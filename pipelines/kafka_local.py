@@ -17,6 +17,7 @@ from pathlib import Path
 from pipelines.config import LakehouseConf
 from pipelines.jars import java_executable, kafka_jars
 from pipelines.kafka_io import KafkaUnreachableError, admin_client
+from pipelines.procs import pid_alive
 
 
 class LocalBrokerError(RuntimeError):
@@ -97,20 +98,6 @@ logger.state.level = WARN
 """
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie left by our own Popen is not alive
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _our_pid(conf: LakehouseConf) -> int | None:
     pid_file = _paths(conf)["pid"]
     if not pid_file.exists():
@@ -119,7 +106,7 @@ def _our_pid(conf: LakehouseConf) -> int | None:
         pid = int(pid_file.read_text().strip())
     except ValueError:
         return None
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return None
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -212,7 +199,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         pid = current.pid
     deadline = time.monotonic() + b.start_timeout_s
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             raise LocalBrokerError(
                 f"Kafka exited during start-up; last lines of {p['out']} and "
                 f"{p['logs'] / 'server.log'}:\n{_tail(p['out'])}\n{_tail(p['logs'] / 'server.log')}"
@@ -237,9 +224,9 @@ def stop(conf: LakehouseConf, *, quiet: bool = False, timeout_s: float = 30) -> 
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     _paths(conf)["pid"].unlink(missing_ok=True)
     say(f"kafka: stopped (pid {pid})")

@@ -59,6 +59,23 @@ class StreamOptions:
     unknown_dimension_rate: float = 0.0  # share of events whose product/customer id is unknown
 
 
+# Every twist the spec allows, at the rates a real stream shows them.
+REALISTIC_TWISTS = {
+    "redelivery_rate": 0.05,
+    "out_of_order_rate": 0.10,
+    "late_rate": 0.01,
+    "invalid_rate": 0.02,
+    "null_key_rate": 0.03,
+    "extra_field_rate": 0.05,
+    "unknown_dimension_rate": 0.01,
+}
+
+
+def with_every_twist(**options) -> StreamOptions:
+    """Options with every twist at its realistic rate; `options` override any field."""
+    return StreamOptions(**{**REALISTIC_TWISTS, **options})
+
+
 @dataclass(frozen=True)
 class StreamRecord:
     """One Kafka record to send."""

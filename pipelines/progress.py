@@ -43,7 +43,8 @@ class ConsoleProgress:
         """Print the batches that completed since the last call; never fails the job."""
         try:
             for p in query.recentProgress:
-                if p.batchId <= self.last_batch:
+                # an idle trigger reports the next batch's id with nothing done: not a batch
+                if p.batchId <= self.last_batch or "addBatch" not in (p.durationMs or {}):
                     continue
                 self.last_batch = p.batchId
                 self._print(p)

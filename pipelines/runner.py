@@ -82,8 +82,10 @@ def run_query(
         if console:
             console.update(query)
         if event_log is not None:
+            from pipelines.event_log import is_batch
+
             for p in query.recentProgress:
-                if p.batchId > logged:
+                if p.batchId > logged and is_batch(p):
                     logged = p.batchId
                     event_log.record(p)
 

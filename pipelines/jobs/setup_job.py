@@ -15,6 +15,7 @@ from delta.tables import DeltaTable
 from pipelines.bronze import bronze_tables, ensure_bronze_tables
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
+from pipelines.event_log import ensure_event_log
 from pipelines.gold import ensure_gold_tables, gold_tables, seed_dimensions
 from pipelines.jobs.bronze_job import parse_args
 from pipelines.kafka_io import ensure_topic
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"dimensions/{k} ({v:,} rows)" for k, v in counts.items())
             )
         ensure_gold_tables(spark, tables)
+        if conf.event_log.enabled:
+            ensure_event_log(spark, conf.table_path(conf.event_log.table))
         print(f"setup: tables ready under {conf.root}")
     return 0
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from pipelines.event_log import kafka_lag_per_partition, progress_row
+from pipelines.event_log import is_batch, kafka_lag_per_partition, progress_row
 
 
 def _progress(sources: list[dict], state_ops: list[dict] | None = None) -> StreamingQueryProgress:
@@ -74,3 +74,11 @@ def test_kafka_lag_per_partition_ignores_other_offsets():
     }
     assert kafka_lag_per_partition('{"reservoirVersion": 3}', '{"reservoirVersion": 1}') is None
     assert kafka_lag_per_partition(None, "{}") is None
+
+
+def test_an_idle_trigger_is_not_a_batch():
+    ran = _progress([_kafka_source({"t": {"0": 1}}, {"t": {"0": 1}})])
+    idle = StreamingQueryProgress.fromJson(
+        {**json.loads(ran.json), "durationMs": {"latestOffset": 3, "triggerExecution": 3}}
+    )
+    assert is_batch(ran) and not is_batch(idle)
