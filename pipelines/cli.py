@@ -42,6 +42,21 @@ TWIST_DEFAULTS = {
 }
 
 
+def service_command(conf: LakehouseConf, name: str, action: str) -> int:
+    """start | stop | status of the local broker (`kafka`) or the standalone cluster (`cluster`)."""
+    import importlib
+
+    service = importlib.import_module(
+        "pipelines.kafka_local" if name == "kafka" else "pipelines.cluster"
+    )
+    if action == "status":
+        st = service.status(conf)
+        print(f"{name}: {st.detail}")
+        return 0 if st.running else 1
+    getattr(service, action)(conf)
+    return 0
+
+
 def jobs_command(conf: LakehouseConf, args: argparse.Namespace) -> int:
     from pipelines.jobs_runner import JobRunner, read_runs
     from pipelines.jobs_spec import InvalidJobSpecError, load_job_spec
@@ -209,17 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines import jars
 
             jars.main()
-        elif args.command == "kafka":
-            from pipelines import kafka_local
-
-            if args.action == "start":
-                kafka_local.start(conf)
-            elif args.action == "stop":
-                kafka_local.stop(conf)
-            else:
-                st = kafka_local.status(conf)
-                print(f"kafka: {st.detail}")
-                return 0 if st.running else 1
+        elif args.command in ("kafka", "cluster"):
+            return service_command(conf, args.command, args.action)
         elif args.command == "produce":
             produce_command(conf, args)
         elif args.command == "run":
@@ -240,25 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             counts = seed_dimensions(build_spark(conf, app_name="lakehouse-seed"), conf)
             print(", ".join(f"dimensions/{k}: {v:,} rows" for k, v in counts.items()))
         elif args.command == "dq":
-            from pipelines.quality import run_quality
-            from pipelines.spark import build_spark
+            from pipelines.jobs import quality_job
 
-            outcomes = run_quality(
-                build_spark(conf, app_name="lakehouse-dq"), conf, args.tables or None
-            )
-            for o in outcomes:
-                print(f"quality: {o.suite:<30} {'passed' if o.success else 'FAILED (warn)'}")
-        elif args.command == "cluster":
-            from pipelines import cluster as standalone
-
-            if args.action == "start":
-                standalone.start(conf)
-            elif args.action == "stop":
-                standalone.stop(conf)
-            else:
-                st = standalone.status(conf)
-                print(f"cluster: {st.detail}")
-                return 0 if st.running else 1
+            return quality_job.main((["--env", conf.env] if args.env else []) + list(args.tables))
         elif args.command == "jobs":
             return jobs_command(conf, args)
         elif args.command == "jars":

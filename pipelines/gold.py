@@ -149,6 +149,7 @@ class UpsertGold:
         refuse_new_batch_when_stopping(batch_id)
         spark = batch.sparkSession
         events = batch.persist()
+        enriched = None
         try:
             newest = self.newest_before(spark, batch_id)
             stats = events.agg(F.max("event_time"), F.min("event_time")).first()
@@ -178,13 +179,14 @@ class UpsertGold:
                       by_category.VALUE_COLUMNS, "revenue", batch_id, lo, hi)  # fmt: skip
             self._add(spark, countries, self.tables.countries, by_country.KEY_COLUMNS,
                       by_country.VALUE_COLUMNS, "countries", batch_id, lo, hi)  # fmt: skip
-            enriched.unpersist()
             newest_after = max(x for x in (newest, stats[0]) if x is not None)
             progress = spark.createDataFrame(
                 [(self.query_id(), batch_id, newest_after)], PROGRESS_SCHEMA
             )
             self._append(progress, self.tables.progress, "progress", batch_id)
         finally:
+            if enriched is not None:
+                enriched.unpersist()
             events.unpersist()
 
     def _append(self, df: DataFrame, path: str, name: str, batch_id: int) -> None:
