@@ -21,13 +21,13 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipelines import kafka_local
-from pipelines.bronze import bronze_tables, run_bronze
 from pipelines.config import StorageConf, load_config
-from pipelines.jars import java_executable, kafka_jars
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
-from pipelines.produce import produce_plan
-from pipelines.spark import build_spark
+from pipelines.layers.bronze import bronze_tables, run_bronze
+from pipelines.local import broker
+from pipelines.local.jars import java_executable, kafka_jars
+from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.reference.producer import produce_plan
+from pipelines.streaming.spark import build_spark
 
 
 def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
 
     conf = load_config(args.env)
-    kafka_local.start(conf)
+    broker.start(conf)
     topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-"))
     stream = dataclasses.replace(conf.stream("orders"), topic=topic)

@@ -39,15 +39,15 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import kafka_local
-from pipelines.bronze import bronze_tables, run_bronze, start_bronze
 from pipelines.config import StorageConf, load_config
-from pipelines.gold import gold_tables, seed_dimensions, start_gold
-from pipelines.kafka_io import ensure_topic
-from pipelines.orders_stream import generate_orders_stream, with_every_twist
-from pipelines.produce import producer_settings
-from pipelines.progress import ConsoleProgress, kafka_lag
-from pipelines.silver import silver_tables, start_silver
+from pipelines.kafka import ensure_topic
+from pipelines.layers.bronze import bronze_tables, run_bronze, start_bronze
+from pipelines.layers.gold import gold_tables, seed_dimensions, start_gold
+from pipelines.layers.silver import silver_tables, start_silver
+from pipelines.local import broker
+from pipelines.reference.orders_stream import generate_orders_stream, with_every_twist
+from pipelines.reference.producer import producer_settings
+from pipelines.streaming.console import ConsoleProgress, kafka_lag
 from silver.order_events import parse_order_events
 
 CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
@@ -290,7 +290,7 @@ def main() -> None:
     args = parser.parse_args()
 
     conf = load_config(args.env)
-    kafka_local.start(conf)
+    broker.start(conf)
     conf = conf.with_overrides(spark=dataclasses.replace(conf.spark, driver_memory="6g"))
     if args.trigger:
         conf = conf.with_overrides(
@@ -298,7 +298,7 @@ def main() -> None:
             silver=dataclasses.replace(conf.silver, trigger_interval=args.trigger),
             gold=dataclasses.replace(conf.gold, trigger_interval=args.trigger),
         )
-    from pipelines.spark import build_spark
+    from pipelines.streaming.spark import build_spark
 
     spark = build_spark(conf, app_name="bench-pipeline-freshness")
     # keep every batch's offsets for the attribution (Spark keeps 100 by default)

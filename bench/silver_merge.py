@@ -26,8 +26,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.config import StorageConf, load_config
-from pipelines.silver import ensure_silver_tables, silver_tables
-from pipelines.spark import build_spark
+from pipelines.layers.silver import ensure_silver_tables, silver_tables
+from pipelines.streaming.spark import build_spark
 from silver.orders import (
     ORDER_COLUMNS,
     latest_versions,

@@ -1,7 +1,7 @@
 """Data-quality expectations (Great Expectations 1.x) for the silver and gold tables.
 
 Pure definitions: each suite is a table, a function that prepares the DataFrame it checks (derived
-columns such as a window's length), and its expectations. Running them is `pipelines/quality.py`.
+columns such as a window's length), and its expectations. Running them is `pipelines/layers/quality.py`.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def service_command(conf: LakehouseConf, name: str, action: str) -> int:
     import importlib
 
     service = importlib.import_module(
-        "pipelines.kafka_local" if name == "kafka" else "pipelines.cluster"
+        "pipelines.local.broker" if name == "kafka" else "pipelines.local.cluster"
     )
     if action == "status":
         st = service.status(conf)
@@ -58,8 +58,8 @@ def service_command(conf: LakehouseConf, name: str, action: str) -> int:
 
 
 def jobs_command(conf: LakehouseConf, args: argparse.Namespace) -> int:
-    from pipelines.jobs_runner import JobRunner, read_runs
-    from pipelines.jobs_spec import InvalidJobSpecError, load_job_spec
+    from pipelines.orchestration.runner import JobRunner, read_runs
+    from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
     if args.action == "runs":
         rows = read_runs(conf, args.run_id, args.limit)
@@ -121,8 +121,8 @@ def _add_produce_args(p: argparse.ArgumentParser) -> None:
 
 
 def produce_command(conf: LakehouseConf, args: argparse.Namespace) -> dict:
-    from pipelines.orders_stream import StreamOptions, generate_orders_stream
-    from pipelines.produce import produce_plan, write_manifest
+    from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+    from pipelines.reference.producer import produce_plan, write_manifest
 
     stream = conf.stream(conf.producer.stream)
     rates = {k: getattr(args, k) for k in TWIST_DEFAULTS}
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_known_errors():
         conf = load_config(args.env)
         if args.command == "setup":
-            from pipelines import jars
+            from pipelines.local import jars
 
             jars.main()
         elif args.command in ("kafka", "cluster"):
@@ -236,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             flags += ["--quiet"] if args.quiet else []
             return job.main((["--env", conf.env] if args.env else []) + flags)
         elif args.command == "demo":
-            from pipelines.demo import run_demo
+            from pipelines.reference.demo import run_demo
 
             run_demo(conf, orders=args.orders)
         elif args.command == "seed":
-            from pipelines.gold import seed_dimensions
-            from pipelines.spark import build_spark
+            from pipelines.layers.gold import seed_dimensions
+            from pipelines.streaming.spark import build_spark
 
             counts = seed_dimensions(build_spark(conf, app_name="lakehouse-seed"), conf)
             print(", ".join(f"dimensions/{k}: {v:,} rows" for k, v in counts.items()))
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "jobs":
             return jobs_command(conf, args)
         elif args.command == "jars":
-            from pipelines.jars import spark_jars
+            from pipelines.local.jars import spark_jars
 
             print(",".join(str(j) for j in spark_jars()))
         elif args.command == "config":

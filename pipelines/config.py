@@ -147,11 +147,11 @@ class ClusterConf:
 
 
 @dataclass(frozen=True)
-class EventLogConf:
-    """The event log: every streaming query's progress, appended to a Delta table."""
+class ProgressTableConf:
+    """The progress table: every streaming query's progress, appended to a Delta table."""
 
     enabled: bool = True
-    table: str = "system/event_log"
+    table: str = "system/query_progress"
     flush_interval_s: float = 10.0  # how often buffered progress rows are written
 
 
@@ -180,7 +180,7 @@ class LakehouseConf:
     silver: SilverConf = field(default_factory=SilverConf)
     gold: GoldConf = field(default_factory=GoldConf)
     quality: QualityConf = field(default_factory=QualityConf)
-    event_log: EventLogConf = field(default_factory=EventLogConf)
+    progress_table: ProgressTableConf = field(default_factory=ProgressTableConf)
     cluster: ClusterConf = field(default_factory=ClusterConf)
     producer: ProducerConf = field(default_factory=ProducerConf)
     streams: dict[str, StreamConf] = field(default_factory=dict)

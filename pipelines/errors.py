@@ -10,17 +10,17 @@ EXIT_KNOWN_ERROR = 2
 
 
 def _known() -> tuple[type[BaseException], ...]:
-    from pipelines.bronze import BronzeFailedError, RetentionGapError
-    from pipelines.cluster import ClusterError
     from pipelines.config import InvalidConfigError
-    from pipelines.gold import GoldFailedError
-    from pipelines.jars import JarResolutionError
-    from pipelines.jobs_spec import InvalidJobSpecError
-    from pipelines.kafka_io import KafkaUnreachableError, TopicMissingError
-    from pipelines.kafka_local import LocalBrokerError
-    from pipelines.produce import ProduceError
-    from pipelines.quality import QualityCheckFailedError
-    from pipelines.silver import SilverFailedError
+    from pipelines.kafka import KafkaUnreachableError, TopicMissingError
+    from pipelines.layers.bronze import BronzeFailedError, RetentionGapError
+    from pipelines.layers.gold import GoldFailedError
+    from pipelines.layers.quality import QualityCheckFailedError
+    from pipelines.layers.silver import SilverFailedError
+    from pipelines.local.broker import LocalBrokerError
+    from pipelines.local.cluster import ClusterError
+    from pipelines.local.jars import JarResolutionError
+    from pipelines.orchestration.spec import InvalidJobSpecError
+    from pipelines.reference.producer import ProduceError
 
     return (
         BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,

@@ -41,7 +41,7 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
 
 @pytest.fixture(scope="session")
 def spark(base_conf: LakehouseConf):
-    from pipelines.spark import build_spark
+    from pipelines.streaming.spark import build_spark
 
     session = build_spark(base_conf, app_name="lakehouse-tests")
     yield session
@@ -51,11 +51,11 @@ def spark(base_conf: LakehouseConf):
 @pytest.fixture(scope="session")
 def kafka(base_conf: LakehouseConf):
     """A real single-node Kafka broker, started once for the session."""
-    from pipelines import kafka_local
+    from pipelines.local import broker
 
-    kafka_local.start(base_conf, quiet=True)
+    broker.start(base_conf, quiet=True)
     yield base_conf
-    kafka_local.stop(base_conf, quiet=True)
+    broker.stop(base_conf, quiet=True)
 
 
 @pytest.fixture

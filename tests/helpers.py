@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
-from pipelines.produce import ProduceReport, produce_plan
+from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.reference.producer import ProduceReport, produce_plan
 
 
 def produce(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> ProduceReport:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.bronze import run_bronze
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.kafka_io import check_reachable
-from pipelines.spark import build_spark
+from pipelines.kafka import check_reachable
+from pipelines.layers.bronze import run_bronze
+from pipelines.streaming.spark import build_spark
 
 
 def parse_args(

@@ -12,9 +12,9 @@ import sys
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.gold import run_gold
 from pipelines.jobs.bronze_job import parse_args
-from pipelines.spark import build_spark
+from pipelines.layers.gold import run_gold
+from pipelines.streaming.spark import build_spark
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,15 +12,15 @@ import sys
 
 from delta.tables import DeltaTable
 
-from pipelines.bronze import bronze_tables, ensure_bronze_tables
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.event_log import ensure_event_log
-from pipelines.gold import ensure_gold_tables, gold_tables, seed_dimensions
 from pipelines.jobs.bronze_job import parse_args
-from pipelines.kafka_io import ensure_topic
-from pipelines.silver import ensure_silver_tables, silver_tables
-from pipelines.spark import build_spark
+from pipelines.kafka import ensure_topic
+from pipelines.layers.bronze import bronze_tables, ensure_bronze_tables
+from pipelines.layers.gold import ensure_gold_tables, gold_tables, seed_dimensions
+from pipelines.layers.silver import ensure_silver_tables, silver_tables
+from pipelines.streaming.progress_table import ensure_progress_table
+from pipelines.streaming.spark import build_spark
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"dimensions/{k} ({v:,} rows)" for k, v in counts.items())
             )
         ensure_gold_tables(spark, tables)
-        if conf.event_log.enabled:
-            ensure_event_log(spark, conf.table_path(conf.event_log.table))
+        if conf.progress_table.enabled:
+            ensure_progress_table(spark, conf.table_path(conf.progress_table.table))
         print(f"setup: tables ready under {conf.root}")
     return 0
 

@@ -12,8 +12,8 @@ import sys
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.jobs.bronze_job import parse_args
-from pipelines.silver import run_silver
-from pipelines.spark import build_spark
+from pipelines.layers.silver import run_silver
+from pipelines.streaming.spark import build_spark
 
 
 def main(argv: list[str] | None = None) -> int:

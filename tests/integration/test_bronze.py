@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
-from pipelines.bronze import RetentionGapError, bronze_tables, run_bronze, start_bronze
 from pipelines.config import BronzeConf, LakehouseConf
-from pipelines.kafka_io import admin_client
-from pipelines.produce import ProduceReport
+from pipelines.kafka import admin_client
+from pipelines.layers.bronze import RetentionGapError, bronze_tables, run_bronze, start_bronze
+from pipelines.reference.producer import ProduceReport
 from tests import helpers
 from tests.conftest import subprocess_env
 
@@ -84,7 +84,7 @@ def test_once_ingests_every_record_exactly_once_byte_for_byte(spark, lake):
 def test_a_replayed_batch_is_skipped_by_delta(spark, lake):
     from delta.tables import DeltaTable
 
-    from pipelines.bronze import AppendRawRecords
+    from pipelines.layers.bronze import AppendRawRecords
 
     produce(lake, orders=50, seed=5)
     run_bronze(spark, lake, once=True, progress=False)

@@ -9,13 +9,13 @@ import urllib.request
 import pytest
 import yaml
 
-from pipelines import cluster
-from pipelines.bronze import run_bronze
 from pipelines.config import StorageConf
-from pipelines.gold import run_gold, seed_dimensions
-from pipelines.jobs_runner import JobRunner
-from pipelines.jobs_spec import load_job_spec
-from pipelines.silver import run_silver
+from pipelines.layers.bronze import run_bronze
+from pipelines.layers.gold import run_gold, seed_dimensions
+from pipelines.layers.silver import run_silver
+from pipelines.local import cluster
+from pipelines.orchestration.runner import JobRunner
+from pipelines.orchestration.spec import load_job_spec
 from tests.conftest import _free_port, subprocess_env
 from tests.helpers import produce
 

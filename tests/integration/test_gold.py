@@ -11,11 +11,11 @@ from decimal import Decimal
 import pytest
 from delta.tables import DeltaTable
 
-from pipelines.bronze import run_bronze
-from pipelines.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
-from pipelines.produce import produce_plan
-from pipelines.silver import run_silver
+from pipelines.layers.bronze import run_bronze
+from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
+from pipelines.layers.silver import run_silver
+from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.reference.producer import produce_plan
 from tests.integration.test_silver import oracle
 
 pytestmark = pytest.mark.integration
@@ -134,7 +134,7 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
 
 
 def test_a_replayed_gold_batch_adds_nothing_twice(spark, lake):
-    from pipelines.gold import UpsertGold
+    from pipelines.layers.gold import UpsertGold
 
     conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
     seed_dimensions(spark, conf)
@@ -156,7 +156,7 @@ def test_a_replayed_gold_batch_adds_nothing_twice(spark, lake):
 
 
 def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
-    from pipelines.quality import QualityCheckFailedError, run_quality
+    from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
     conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
     seed_dimensions(spark, conf)
@@ -196,7 +196,7 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
     import random
     import shutil
 
-    from pipelines.silver import silver_tables
+    from pipelines.layers.silver import silver_tables
     from tests import helpers
     from tests.conftest import subprocess_env
 
@@ -235,7 +235,7 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
 
 
 def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
-    from pipelines.gold import GoldFailedError
+    from pipelines.layers.gold import GoldFailedError
 
     conf = lake.with_overrides(gold=dataclasses.replace(
         lake.gold, max_files_per_trigger=None, check_quality_per_batch=True))  # fmt: skip

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.jobs_runner import JobRunner, read_runs
-from pipelines.jobs_spec import load_job_spec
+from pipelines.orchestration.runner import JobRunner, read_runs
+from pipelines.orchestration.spec import load_job_spec
 from tests.conftest import subprocess_env
 from tests.helpers import delta_commits, produce
 
@@ -152,10 +152,10 @@ def _txn_versions(table: str) -> list[int]:
 def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     from pyspark.sql import functions as F
 
-    from pipelines import checkpoints
-    from pipelines.bronze import bronze_tables
-    from pipelines.gold import gold_tables
-    from pipelines.silver import silver_tables
+    from pipelines.layers.bronze import bronze_tables
+    from pipelines.layers.gold import gold_tables
+    from pipelines.layers.silver import silver_tables
+    from pipelines.streaming import checkpoints
 
     produce(lake, orders=300, seed=51, redelivery_rate=0.05, invalid_rate=0.02)
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
@@ -218,8 +218,8 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
                 .groupBy("partition").agg(F.max("offset")).collect()}  # fmt: skip
     assert in_table == {p: o for p, o in ends.items() if o > 0}
 
-    # the event log: one row per batch of each layer, tagged with the job run and task
-    events = spark.read.format("delta").load(lake.table_path("system/event_log"))
+    # the progress table: one row per batch of each layer, tagged with the job run and task
+    events = spark.read.format("delta").load(lake.table_path("system/query_progress"))
     assert {(r.job_run_id, r.task) for r in events.select("job_run_id", "task").distinct().collect()} == {
         (str(rows[0]["run_id"]), t) for t in ("bronze", "silver", "gold")
     }  # fmt: skip

@@ -9,10 +9,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from pipelines.bronze import run_bronze
-from pipelines.gold import run_gold, seed_dimensions
-from pipelines.quality import run_quality
-from pipelines.silver import run_silver
+from pipelines.layers.bronze import run_bronze
+from pipelines.layers.gold import run_gold, seed_dimensions
+from pipelines.layers.quality import run_quality
+from pipelines.layers.silver import run_silver
 from tests.conftest import subprocess_env
 from tests.helpers import produce
 

@@ -14,11 +14,11 @@ from decimal import Decimal
 import pytest
 from delta.tables import DeltaTable
 
-from pipelines.bronze import bronze_tables, run_bronze
 from pipelines.config import LakehouseConf
-from pipelines.orders_stream import StreamOptions, generate_orders_stream
-from pipelines.produce import ProduceReport, produce_plan
-from pipelines.silver import UpsertSilver, run_silver, silver_tables
+from pipelines.layers.bronze import bronze_tables, run_bronze
+from pipelines.layers.silver import UpsertSilver, run_silver, silver_tables
+from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.reference.producer import ProduceReport, produce_plan
 from silver.order_events import EVENT_COLUMNS
 from silver.orders import ORDER_COLUMNS
 from tests import helpers

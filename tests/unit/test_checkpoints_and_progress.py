@@ -1,5 +1,5 @@
-from pipelines import checkpoints
-from pipelines.progress import kafka_lag
+from pipelines.streaming import checkpoints
+from pipelines.streaming.console import kafka_lag
 
 HEADER = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
 

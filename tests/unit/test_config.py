@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import InvalidConfigError, load_config
-from pipelines.kafka_io import redacted, spark_kafka_options
+from pipelines.kafka import redacted, spark_kafka_options
 
 
 def write(tmp_path: Path, text: str) -> Path:

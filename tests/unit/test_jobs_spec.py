@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.jobs_spec import InvalidJobSpecError, find_cycle, load_job_spec, resolve
+from pipelines.orchestration.spec import InvalidJobSpecError, find_cycle, load_job_spec, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 

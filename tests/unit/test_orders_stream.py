@@ -2,7 +2,7 @@ import json
 from collections import Counter
 from decimal import Decimal
 
-from pipelines.orders_stream import INVALID_KINDS, StreamOptions, generate_orders_stream
+from pipelines.reference.orders_stream import INVALID_KINDS, StreamOptions, generate_orders_stream
 
 ALL_TWISTS = StreamOptions(
     orders=400,

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
-from pipelines.jobs_spec import JobSpec, Task, resolve
+from pipelines.orchestration.spec import JobSpec, Task, resolve
 
 FAILED_STATES = ("FAILED", "TIMEDOUT", "UPSTREAM_FAILED")
 RUNS_SCHEMA = (
@@ -103,8 +103,8 @@ def read_runs(conf: LakehouseConf, run_id: int | None = None, limit: int = 20) -
 def spark_submit_command(
     conf: LakehouseConf, task: Task, parameters: list[str], master: str | None = None
 ) -> list[str]:
-    from pipelines.jars import spark_jars
-    from pipelines.spark import LOG4J2, session_settings
+    from pipelines.local.jars import spark_jars
+    from pipelines.spark_conf import LOG4J2, session_settings
 
     settings = {**session_settings(conf), **task.cluster.spark_conf}
     settings.pop("spark.driver.memory", None)  # a driver setting: given as --driver-memory
@@ -137,7 +137,7 @@ class JobRunner:
         self.parameters = {**spec.parameters, **(parameters or {})}
         unknown = set(parameters or {}) - set(spec.parameters)
         if unknown:
-            from pipelines.jobs_spec import InvalidJobSpecError
+            from pipelines.orchestration.spec import InvalidJobSpecError
 
             raise InvalidJobSpecError(f"job spec {spec.source} has no parameter "
                                       f"{', '.join(sorted(unknown))} (it has: {', '.join(spec.parameters) or 'none'})")  # fmt: skip

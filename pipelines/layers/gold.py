@@ -27,11 +27,16 @@ from gold import orders_by_country_5m as by_country
 from gold import revenue_by_category_1m as by_category
 from gold.dimensions import with_dimensions
 from gold.late_events import late_events, on_time_events
-from pipelines import checkpoints
 from pipelines.config import LakehouseConf
-from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
-from pipelines.silver import silver_tables
+from pipelines.layers.silver import silver_tables
+from pipelines.streaming import checkpoints
+from pipelines.streaming.delta import idempotent_txn, retry_on_conflict, start_delta_to_batches
+from pipelines.streaming.query import (
+    first_line,
+    progress_table_for,
+    refuse_new_batch_when_stopping,
+    run_query,
+)
 
 PRODUCTS_SCHEMA = "product_id string, name string, category string, list_price decimal(12,2)"
 CUSTOMERS_SCHEMA = "customer_id string, name string, country string, segment string"
@@ -168,7 +173,7 @@ class UpsertGold:
             revenue = enriched.transform(by_category.revenue_by_category_1m)
             countries = enriched.transform(by_country.orders_by_country_5m)
             if self.conf.gold.check_quality_per_batch:
-                from pipelines.quality import check_frames
+                from pipelines.layers.quality import check_frames
 
                 # a batch that fails a `fail` suite is not written: the query stops on it
                 check_frames(spark, self.conf, {
@@ -241,4 +246,4 @@ def run_gold(spark: SparkSession, conf: LakehouseConf, *, once: bool = False,
         return GoldFailedError(f"gold from {tables.events} failed: {first_line(str(e))}")
 
     return run_query(lambda: start_gold(spark, conf, once=once), name="gold",
-                     progress=progress, explain=explain, event_log=event_log_for(spark, conf))  # fmt: skip
+                     progress=progress, explain=explain, progress_table=progress_table_for(spark, conf))  # fmt: skip

@@ -1,9 +1,9 @@
-"""The event log: every streaming query's progress as rows of a Delta table, like the event log
+"""The progress table: every streaming query's progress as rows of a Delta table, like the progress table
 of a managed pipeline: query, batch, input rows, rows/s, durations, watermark, state rows and
 Kafka lag per partition, tagged with the job run and task that produced them.
 
-The driver's thread that waits for a query hands each new progress report to `EventLog.record`;
-rows are appended in small batches (`event_log.flush_interval_s`) and once more at the end.
+The driver's thread that waits for a query hands each new progress report to `ProgressTable.record`;
+rows are appended in small batches (`progress_table.flush_interval_s`) and once more at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.config import LakehouseConf
 
-EVENT_LOG_SCHEMA = (
+QUERY_PROGRESS_SCHEMA = (
     "event_time timestamp, query_name string, query_id string, query_run_id string, "
     "batch_id bigint, input_rows bigint, input_rows_per_s double, processed_rows_per_s double, "
     "batch_duration_ms bigint, durations_ms map<string,bigint>, watermark string, "
@@ -47,7 +47,7 @@ def kafka_lag_per_partition(latest: str | None, end: str | None) -> dict[str, in
 
 
 def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> dict:
-    """One event-log row of a StreamingQueryProgress."""
+    """One progress-table row of a StreamingQueryProgress."""
     lags: dict[str, int] = {}
     kafka = False
     for s in p.sources:
@@ -91,13 +91,13 @@ def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> d
     }
 
 
-class EventLog:
-    """Buffers progress rows and appends them to the event-log table."""
+class ProgressTable:
+    """Buffers progress rows and appends them to the progress-table table."""
 
     def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
         self.spark = spark
-        self.path = conf.table_path(conf.event_log.table)
-        self.interval = conf.event_log.flush_interval_s
+        self.path = conf.table_path(conf.progress_table.table)
+        self.interval = conf.progress_table.flush_interval_s
         self.rows: list[dict] = []
         self.last_flush = time.monotonic()
         self.job_run_id = os.environ.get("LAKEHOUSE_JOB_RUN_ID")
@@ -110,27 +110,27 @@ class EventLog:
             self.flush()
 
     def ensure_table(self) -> None:
-        ensure_event_log(self.spark, self.path)
+        ensure_progress_table(self.spark, self.path)
 
     def flush(self) -> None:
         """Append the buffered rows; a failure is reported and the rows are kept for the next
         flush, never fatal to the job."""
-        from pipelines.delta_io import retry_on_conflict
+        from pipelines.streaming.delta import retry_on_conflict
 
         self.last_flush = time.monotonic()
         if not self.rows:
             return
         rows = self.rows
         try:
-            ensure_event_log(self.spark, self.path)
-            df = self.spark.createDataFrame(rows, EVENT_LOG_SCHEMA)
+            ensure_progress_table(self.spark, self.path)
+            df = self.spark.createDataFrame(rows, QUERY_PROGRESS_SCHEMA)
             retry_on_conflict(lambda: df.write.format("delta").mode("append").save(self.path),
                               what=self.path)  # fmt: skip
             self.rows = self.rows[len(rows) :]
             self.written += len(rows)
         except Exception as e:  # the log is a courtesy: a failed append must not stop a job
             self.rows = self.rows[-10_000:]
-            print(f"event log: could not append {len(rows)} rows to {self.path} (kept for the next "
+            print(f"progress table: could not append {len(rows)} rows to {self.path} (kept for the next "
                   f"try): {str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)  # fmt: skip
 
 
@@ -140,15 +140,15 @@ def is_batch(progress) -> bool:
     return "addBatch" in (progress.durationMs or {})
 
 
-def ensure_event_log(spark: SparkSession, path: str) -> None:
-    """Create the event-log table if missing; several jobs starting at once may all try."""
+def ensure_progress_table(spark: SparkSession, path: str) -> None:
+    """Create the progress-table table if missing; several jobs starting at once may all try."""
     from delta.tables import DeltaTable
 
-    from pipelines.delta_io import retry_on_conflict
+    from pipelines.streaming.delta import retry_on_conflict
 
     if DeltaTable.isDeltaTable(spark, path):
         return
-    schema = spark.createDataFrame([], EVENT_LOG_SCHEMA).schema
+    schema = spark.createDataFrame([], QUERY_PROGRESS_SCHEMA).schema
     retry_on_conflict(
         lambda: DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
         .partitionedBy("event_date").property("delta.appendOnly", "true").execute(),
@@ -157,9 +157,9 @@ def ensure_event_log(spark: SparkSession, path: str) -> None:
 
 
 __all__ = [
-    "EVENT_LOG_SCHEMA",
-    "EventLog",
-    "ensure_event_log",
+    "QUERY_PROGRESS_SCHEMA",
+    "ProgressTable",
+    "ensure_progress_table",
     "is_batch",
     "kafka_lag_per_partition",
     "progress_row",

@@ -11,8 +11,8 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from pipelines.config import LakehouseConf
-from pipelines.kafka_io import client_settings, ensure_topic
-from pipelines.orders_stream import StreamPlan
+from pipelines.kafka import client_settings, ensure_topic
+from pipelines.reference.orders_stream import StreamPlan
 
 
 class ProduceError(RuntimeError):

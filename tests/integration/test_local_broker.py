@@ -7,17 +7,17 @@ import socket
 
 import pytest
 
-from pipelines import kafka_local
-from pipelines.jars import JarResolutionError
-from pipelines.kafka_io import KafkaUnreachableError, check_reachable
+from pipelines.kafka import KafkaUnreachableError, check_reachable
+from pipelines.local import broker
+from pipelines.local.jars import JarResolutionError
 
 pytestmark = pytest.mark.integration
 
 
 def test_start_twice_is_fine_and_status_tells_it_answers(kafka):
-    again = kafka_local.start(kafka, quiet=True)
+    again = broker.start(kafka, quiet=True)
     assert again.running
-    st = kafka_local.status(kafka)
+    st = broker.status(kafka)
     assert st.running and st.pid == again.pid
     assert st.address == f"127.0.0.1:{kafka.local_broker.port}"
 
@@ -31,9 +31,9 @@ def test_port_taken_by_another_process_is_named(kafka, tmp_path):
             local_broker=dataclasses.replace(kafka.local_broker, port=port, data_dir=str(tmp_path))
         )
         with pytest.raises(
-            kafka_local.LocalBrokerError, match=f"port 127.0.0.1:{port} is already in use"
+            broker.LocalBrokerError, match=f"port 127.0.0.1:{port} is already in use"
         ):
-            kafka_local.start(other, quiet=True)
+            broker.start(other, quiet=True)
 
 
 def test_missing_java_is_explained(kafka, tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ def test_missing_java_is_explained(kafka, tmp_path, monkeypatch):
         )
     )
     with pytest.raises(JarResolutionError, match="Java was not found: install Java 17"):
-        kafka_local.start(other, quiet=True)
+        broker.start(other, quiet=True)
 
 
 def test_unreachable_broker_names_the_address(kafka):

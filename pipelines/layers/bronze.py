@@ -37,10 +37,15 @@ from bronze.raw_records import (
     resume_offsets_from_table,
     to_raw_records,
 )
-from pipelines import checkpoints
 from pipelines.config import LakehouseConf, StreamConf
-from pipelines.kafka_io import redacted, spark_kafka_options, topic_watermarks
-from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
+from pipelines.kafka import redacted, spark_kafka_options, topic_watermarks
+from pipelines.streaming import checkpoints
+from pipelines.streaming.query import (
+    first_line,
+    progress_table_for,
+    refuse_new_batch_when_stopping,
+    run_query,
+)
 
 log = logging.getLogger("lakehouse.bronze")
 
@@ -285,7 +290,7 @@ def run_bronze(
         name="bronze",
         progress=progress,
         explain=lambda e: _explain_failure(e, conf, stream, tables),
-        event_log=event_log_for(spark, conf),
+        progress_table=progress_table_for(spark, conf),
     )
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from pipelines.event_log import is_batch, kafka_lag_per_partition, progress_row
+from pipelines.streaming.progress_table import is_batch, kafka_lag_per_partition, progress_row
 
 
 def _progress(sources: list[dict], state_ops: list[dict] | None = None) -> StreamingQueryProgress:

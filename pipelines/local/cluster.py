@@ -21,8 +21,8 @@ from pathlib import Path
 import pyspark
 
 from pipelines.config import LakehouseConf
-from pipelines.jars import java_executable
-from pipelines.procs import pid_alive
+from pipelines.local.jars import java_executable
+from pipelines.local.processes import pid_alive
 
 
 class ClusterError(RuntimeError):

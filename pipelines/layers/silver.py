@@ -20,10 +20,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines import checkpoints
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.delta_io import idempotent_txn, retry_on_conflict, start_delta_to_batches
-from pipelines.runner import event_log_for, first_line, refuse_new_batch_when_stopping, run_query
+from pipelines.streaming import checkpoints
+from pipelines.streaming.delta import idempotent_txn, retry_on_conflict, start_delta_to_batches
+from pipelines.streaming.query import (
+    first_line,
+    progress_table_for,
+    refuse_new_batch_when_stopping,
+    run_query,
+)
 from silver.order_events import (
     ORDER_EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -209,7 +214,7 @@ def run_silver(
         name="silver",
         progress=progress,
         explain=explain,
-        event_log=event_log_for(spark, conf),
+        progress_table=progress_table_for(spark, conf),
     )
 
 

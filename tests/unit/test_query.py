@@ -1,8 +1,8 @@
-from pipelines.runner import first_line
+from pipelines.streaming.query import first_line
 
 WRAPPED = """An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
-  File "/x/pipelines/gold.py", line 163, in __call__
-pipelines.quality.QualityCheckFailedError: data-quality run 3a: 1 suite(s) failed:
+  File "/x/pipelines/layers/gold.py", line 163, in __call__
+pipelines.layers.quality.QualityCheckFailedError: data-quality run 3a: 1 suite(s) failed:
   gold/revenue_by_category_1m (batch 1): expect_column_values_to_not_be_in_set on category failed
 (results in /tmp/lake/quality/results)
 
@@ -11,7 +11,7 @@ pipelines.quality.QualityCheckFailedError: data-quality run 3a: 1 suite(s) faile
 
 def test_our_error_inside_a_micro_batch_is_what_the_user_reads():
     assert first_line(WRAPPED) == (
-        "pipelines.quality.QualityCheckFailedError: data-quality run 3a: 1 suite(s) failed:\n"
+        "pipelines.layers.quality.QualityCheckFailedError: data-quality run 3a: 1 suite(s) failed:\n"
         "  gold/revenue_by_category_1m (batch 1): expect_column_values_to_not_be_in_set on "
         "category failed\n(results in /tmp/lake/quality/results)"
     )

@@ -1,12 +1,12 @@
 import pytest
 from delta.exceptions import ConcurrentAppendException
 
-from pipelines import delta_io
-from pipelines.delta_io import TXN_APP_ID, TXN_VERSION, idempotent_txn, retry_on_conflict
+from pipelines.streaming import delta
+from pipelines.streaming.delta import TXN_APP_ID, TXN_VERSION, idempotent_txn, retry_on_conflict
 
 
 def test_a_conflicting_write_is_retried_until_it_commits(monkeypatch):
-    monkeypatch.setattr(delta_io.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(delta.time, "sleep", lambda _s: None)
     calls = []
 
     def write():
@@ -20,7 +20,7 @@ def test_a_conflicting_write_is_retried_until_it_commits(monkeypatch):
 
 
 def test_a_write_that_keeps_conflicting_fails_after_the_last_attempt(monkeypatch):
-    monkeypatch.setattr(delta_io.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(delta.time, "sleep", lambda _s: None)
 
     def write():
         raise ConcurrentAppendException("again")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines.progress import ConsoleProgress
+from pipelines.streaming.console import ConsoleProgress
 
 # Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
 STOPPING = threading.Event()
@@ -50,13 +50,13 @@ def _jvm_ignores_sigterm() -> Callable[[], None]:
     return lambda: jvm_signal.handle(term, previous)
 
 
-def event_log_for(spark, conf):
-    """The event log of this driver's queries, or None when `event_log.enabled` is false."""
-    if not conf.event_log.enabled:
+def progress_table_for(spark, conf):
+    """The progress table of this driver's queries, or None when `progress_table.enabled` is false."""
+    if not conf.progress_table.enabled:
         return None
-    from pipelines.event_log import EventLog
+    from pipelines.streaming.progress_table import ProgressTable
 
-    return EventLog(spark, conf)
+    return ProgressTable(spark, conf)
 
 
 def run_query(
@@ -65,7 +65,7 @@ def run_query(
     name: str,
     progress: bool,
     explain: Callable[[StreamingQueryException], Exception],
-    event_log=None,
+    progress_table=None,
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
@@ -81,13 +81,13 @@ def run_query(
         nonlocal logged
         if console:
             console.update(query)
-        if event_log is not None:
-            from pipelines.event_log import is_batch
+        if progress_table is not None:
+            from pipelines.streaming.progress_table import is_batch
 
             for p in query.recentProgress:
                 if p.batchId > logged and is_batch(p):
                     logged = p.batchId
-                    event_log.record(p)
+                    progress_table.record(p)
 
     stop_requested = threading.Event()
 
@@ -131,8 +131,8 @@ def run_query(
     except StreamingQueryException as e:
         raise explain(e) from None
     finally:
-        if event_log is not None:
-            event_log.flush()
+        if progress_table is not None:
+            progress_table.flush()
         restore_jvm()
         STOPPING.clear()
         for sig, handler in previous.items():

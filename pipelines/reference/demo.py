@@ -7,14 +7,14 @@ import time
 
 from pyspark.sql import functions as F
 
-from pipelines import kafka_local
-from pipelines.bronze import bronze_tables, run_bronze
 from pipelines.config import LakehouseConf
-from pipelines.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
-from pipelines.produce import produce_plan
-from pipelines.silver import run_silver, silver_tables
-from pipelines.spark import build_spark
+from pipelines.layers.bronze import bronze_tables, run_bronze
+from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
+from pipelines.layers.silver import run_silver, silver_tables
+from pipelines.local import broker
+from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
+from pipelines.reference.producer import produce_plan
+from pipelines.streaming.spark import build_spark
 
 
 def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) -> None:
@@ -24,7 +24,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     The stream's event time runs at 2 events/s, so it spans more than the allowed lateness and
     the late events of the later rounds really are late for gold.
     """
-    kafka_local.start(conf)
+    broker.start(conf)
     stream = conf.stream(conf.producer.stream)
     plan = generate_orders_stream(with_every_twist(
         orders=orders or conf.producer.orders, seed=conf.producer.seed,
@@ -107,7 +107,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
         f"gold runs           {seconds['gold']:>10.1f} s ({events / seconds['gold']:,.0f} events/s)",
         file=out,
     )
-    from pipelines.quality import QualityCheckFailedError, run_quality
+    from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
     try:
         outcomes = run_quality(spark, conf)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
-from pipelines.jars import java_executable, kafka_jars
-from pipelines.kafka_io import KafkaUnreachableError, admin_client
-from pipelines.procs import pid_alive
+from pipelines.kafka import KafkaUnreachableError, admin_client
+from pipelines.local.jars import java_executable, kafka_jars
+from pipelines.local.processes import pid_alive
 
 
 class LocalBrokerError(RuntimeError):

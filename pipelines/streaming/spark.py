@@ -1,0 +1,41 @@
+"""The one place a SparkSession is built: Delta, the Kafka source, and sane local defaults.
+
+Works the same from a script, a notebook and `spark-submit`: under `spark-submit`, settings given
+on its command line win over the ones set here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from pipelines.config import LakehouseConf
+from pipelines.local.jars import spark_jars
+from pipelines.spark_conf import LOG4J2, session_settings
+
+
+def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSession:
+    """Build (or join) the session for `conf`; only entry points call this."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name or conf.spark.app_name)
+    if not _under_spark_submit():
+        # Only loopback here and on most laptops: don't let Spark guess another interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.master(conf.spark.master)
+            .config("spark.jars", ",".join(str(j) for j in spark_jars()))
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
+        )
+    for key, value in session_settings(conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(conf.spark.log_level)
+    return spark
+
+
+def _under_spark_submit() -> bool:
+    """True when a JVM was already launched for us (spark-submit, or a running session)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkSession.getActiveSession() is not None
