@@ -24,12 +24,14 @@ from typing import Any, Literal
 
 import yaml
 
+from pipelines.errors import ConfigError
+
 ENV_PREFIX = "LAKEHOUSE__"
 SASL_PASSWORD_ENV = "LAKEHOUSE_KAFKA_SASL_PASSWORD"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class InvalidConfigError(ValueError):
+class InvalidConfigError(ConfigError):
     """A configuration key is unknown or its value is wrong; the message names key and source."""
 
 

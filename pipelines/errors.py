@@ -1,44 +1,68 @@
-"""Known failures end a command with one readable line, never only a Java stack trace."""
+"""The project's errors: one base class, and the exit code each kind of failure ends a command with.
+
+A `LakehouseError` ends a command with one readable line (`error: ...`) and its kind's exit code,
+never with only a Java stack trace. Anything else is a bug and keeps its traceback (exit 1).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import IntEnum
 
-EXIT_KNOWN_ERROR = 2
+
+class ExitCode(IntEnum):
+    """What a `lakehouse` command or a job script exits with (documented in the README)."""
+
+    OK = 0
+    UNEXPECTED = 1  # a bug: the traceback is printed
+    USAGE = 2  # a wrong command line
+    CONFIG = 3  # a bad configuration or job spec: the message names the key and the file
+    UNREACHABLE = 4  # a broker, the storage or the cluster did not answer: the message names it
+    QUALITY = 5  # a data-quality suite with the `fail` policy failed
+    JOB_FAILED = 6  # a query, a task or a tool stopped with an error, or data would be lost
+    INTERRUPTED = 130  # SIGINT or SIGTERM: stopped cleanly on request
 
 
-def _known() -> tuple[type[BaseException], ...]:
-    from pipelines.config import InvalidConfigError
-    from pipelines.kafka import KafkaUnreachableError, TopicMissingError
-    from pipelines.layers.bronze import BronzeFailedError, RetentionGapError
-    from pipelines.layers.gold import GoldFailedError
-    from pipelines.layers.quality import QualityCheckFailedError
-    from pipelines.layers.silver import SilverFailedError
-    from pipelines.local.broker import LocalBrokerError
-    from pipelines.local.cluster import ClusterError
-    from pipelines.local.jars import JarResolutionError
-    from pipelines.orchestration.spec import InvalidJobSpecError
-    from pipelines.reference.producer import ProduceError
+class LakehouseError(Exception):
+    """Base of every error this project raises on purpose; the message is for a person."""
 
-    return (
-        BronzeFailedError, RetentionGapError, InvalidConfigError, JarResolutionError,
-        KafkaUnreachableError, TopicMissingError, LocalBrokerError, ProduceError, SilverFailedError,
-        GoldFailedError, QualityCheckFailedError, InvalidJobSpecError, ClusterError,
-    )  # fmt: skip
+    exit_code = ExitCode.JOB_FAILED
+
+
+class ConfigError(LakehouseError, ValueError):
+    """A setting, a spec or a declaration is wrong; the message names the key and its source."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class UnreachableError(LakehouseError):
+    """Something the command needs did not answer: a broker, the storage, a cluster."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class JobFailedError(LakehouseError):
+    """A query, a task or a tool stopped with an error; the message names what and why."""
+
+    exit_code = ExitCode.JOB_FAILED
+
+
+class QualityError(LakehouseError):
+    """A data-quality suite with the `fail` policy did not pass."""
+
+    exit_code = ExitCode.QUALITY
 
 
 @contextmanager
 def exit_on_known_errors() -> Iterator[None]:
-    """Turn a known error into `error: <message>` on stderr and exit code 2."""
+    """Turn a LakehouseError into `error: <message>` on stderr and its exit code."""
     try:
         yield
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as e:
-        if isinstance(e, _known()):
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(EXIT_KNOWN_ERROR)
-        raise
+        sys.exit(ExitCode.INTERRUPTED)
+    except LakehouseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)

@@ -9,15 +9,16 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
+from pipelines.errors import ConfigError, UnreachableError
 
 OFFSET_EARLIEST = -2
 
 
-class KafkaUnreachableError(RuntimeError):
+class KafkaUnreachableError(UnreachableError):
     """No broker answered at the configured bootstrap servers."""
 
 
-class TopicMissingError(RuntimeError):
+class TopicMissingError(ConfigError):
     """The topic a job reads does not exist."""
 
 

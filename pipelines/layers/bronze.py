@@ -38,6 +38,7 @@ from bronze.raw_records import (
     to_raw_records,
 )
 from pipelines.config import LakehouseConf, StreamConf
+from pipelines.errors import JobFailedError
 from pipelines.kafka import redacted, spark_kafka_options, topic_watermarks
 from pipelines.streaming import checkpoints
 from pipelines.streaming.query import (
@@ -62,7 +63,7 @@ GAPS_SCHEMA = StructType(
 )
 
 
-class RetentionGapError(RuntimeError):
+class RetentionGapError(JobFailedError):
     """Kafka deleted offsets that bronze never received."""
 
     def __init__(self, gaps: list[OffsetGap], conf: LakehouseConf, table: str) -> None:
@@ -75,7 +76,7 @@ class RetentionGapError(RuntimeError):
         )
 
 
-class BronzeFailedError(RuntimeError):
+class BronzeFailedError(JobFailedError):
     """The bronze query stopped with an error; the message says which topic and why."""
 
 

@@ -28,6 +28,7 @@ from gold import revenue_by_category_1m as by_category
 from gold.dimensions import with_dimensions
 from gold.late_events import late_events, on_time_events
 from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError
 from pipelines.layers.silver import silver_tables
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import idempotent_txn, retry_on_conflict, start_delta_to_batches
@@ -55,7 +56,7 @@ LATE_SCHEMA = (
 PROGRESS_SCHEMA = "query_id string, batch_id bigint, newest_event_time timestamp"
 
 
-class GoldFailedError(RuntimeError):
+class GoldFailedError(JobFailedError):
     """The gold query stopped with an error; the message names the tables and the cause."""
 
 

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gold.expectations import Suite, suites
 from pipelines.config import InvalidConfigError, LakehouseConf
+from pipelines.errors import QualityError
 
 RESULTS_SCHEMA = (
     "run_id string, run_at timestamp, table string, table_version bigint, scope string, "
@@ -28,7 +29,7 @@ RESULTS_SCHEMA = (
 )
 
 
-class QualityCheckFailedError(RuntimeError):
+class QualityCheckFailedError(QualityError):
     """A suite with the `fail` policy did not pass; the message lists what failed."""
 
 

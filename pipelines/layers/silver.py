@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
+from pipelines.errors import JobFailedError
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import idempotent_txn, retry_on_conflict, start_delta_to_batches
 from pipelines.streaming.query import (
@@ -46,7 +47,7 @@ from silver.orders import (
 )
 
 
-class SilverFailedError(RuntimeError):
+class SilverFailedError(JobFailedError):
     """The silver query stopped with an error; the message names the tables and the cause."""
 
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError
 from pipelines.kafka import KafkaUnreachableError, admin_client
 from pipelines.local.jars import java_executable, kafka_jars
 from pipelines.local.processes import pid_alive
 
 
-class LocalBrokerError(RuntimeError):
+class LocalBrokerError(JobFailedError):
     """The local broker cannot start or stop; the message says why and what to do."""
 
 

@@ -21,11 +21,12 @@ from pathlib import Path
 import pyspark
 
 from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable
 from pipelines.local.processes import pid_alive
 
 
-class ClusterError(RuntimeError):
+class ClusterError(JobFailedError):
     """The standalone cluster cannot start or answer; the message says which part and why."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyspark
 
 from pipelines.config import REPO_ROOT
+from pipelines.errors import UnreachableError
 
 DELTA_VERSION = "4.4.0"
 SPARK_VERSION = pyspark.__version__
@@ -30,7 +31,7 @@ SPARK_PACKAGES = (
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
 
 
-class JarResolutionError(RuntimeError):
+class JarResolutionError(UnreachableError):
     """Ivy could not fetch a jar; the message names the artifact and the repository."""
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from pipelines.errors import ConfigError
+
 RUN_IF = ("ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE", "AT_LEAST_ONE_FAILED",
           "ALL_FAILED")  # fmt: skip
 JOB_KEYS = {"name", "description", "tasks", "job_clusters", "parameters", "timeout_seconds",
@@ -30,7 +32,7 @@ CLUSTER_KEYS = {"spark_version", "spark_conf", "spark_env_vars", "num_workers", 
 REFERENCE = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
 
 
-class InvalidJobSpecError(ValueError):
+class InvalidJobSpecError(ConfigError):
     """The spec cannot run; the message lists every problem with its key."""
 
 

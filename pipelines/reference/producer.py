@@ -11,11 +11,12 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError
 from pipelines.kafka import client_settings, ensure_topic
 from pipelines.reference.orders_stream import StreamPlan
 
 
-class ProduceError(RuntimeError):
+class ProduceError(JobFailedError):
     """Kafka refused or lost a record; the message names the topic and partition."""
 
 

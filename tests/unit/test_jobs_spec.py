@@ -111,7 +111,7 @@ def test_the_cli_refuses_an_invalid_spec_before_anything_starts(tmp_path):
     env = {"LAKEHOUSE__STORAGE__ROOT": str(tmp_path / "lake"), "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--env", "test", "jobs", "run", str(path)],
                             capture_output=True, text=True, env=env, cwd=ROOT)  # fmt: skip
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 3, result.stderr  # ExitCode.CONFIG
     assert result.stderr.strip() == (
         f"error: job spec {path} is invalid (1 problem):\n  - tasks: dependency cycle a -> a"
     )
