@@ -12,7 +12,6 @@ rates and their ratio. Results also go to bench/results/bronze_ingest-<time>.jso
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import tempfile
@@ -21,7 +20,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipelines.config import StorageConf, load_config
+from pipelines.config import load_config
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.local import broker
 from pipelines.local.jars import java_executable, kafka_jars
@@ -34,12 +33,22 @@ def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
     """Run Kafka's ConsumerPerformance over the topic; return its figures."""
     jars = kafka_jars(conf.local_broker.version)
     cmd = [
-        java_executable(), "-Xmx1g", "-cp", f"{jars}/*",
+        java_executable(),
+        "-Xmx1g",
+        "-cp",
+        f"{jars}/*",
         "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server", conf.kafka.bootstrap_servers,
-        "--topic", topic, "--messages", str(records), "--timeout", "120000",
-        "--group", f"perf-{uuid.uuid4().hex[:8]}",
-    ]  # fmt: skip
+        "--bootstrap-server",
+        conf.kafka.bootstrap_servers,
+        "--topic",
+        topic,
+        "--messages",
+        str(records),
+        "--timeout",
+        "120000",
+        "--group",
+        f"perf-{uuid.uuid4().hex[:8]}",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("WARNING")]
     header = [h.strip() for h in lines[-2].split(",")]
@@ -68,27 +77,36 @@ def main() -> None:
     broker.start(conf)
     topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-"))
-    stream = dataclasses.replace(conf.stream("orders"), topic=topic)
-    conf = conf.with_overrides(
-        storage=StorageConf(root=str(root)),
-        streams={"orders": stream},
-        bronze=dataclasses.replace(
-            conf.bronze, max_offsets_per_trigger=args.max_offsets_per_trigger
-        ),
-        spark=dataclasses.replace(conf.spark, driver_memory="4g"),
+    conf = conf.updated(
+        {
+            "storage.root": str(root),
+            "streams.orders.topic": topic,
+            "bronze.max_offsets_per_trigger": args.max_offsets_per_trigger,
+            "spark.driver_memory": "4g",
+        }
     )
+    stream = conf.stream("orders")
     # ~2.4 records per order once re-deliveries and invalid records are added
-    plan = generate_orders_stream(StreamOptions(
-        orders=int(args.records / 2.3), seed=99, redelivery_rate=0.05, invalid_rate=0.02,
-        out_of_order_rate=0.1, null_key_rate=0.02))  # fmt: skip
+    plan = generate_orders_stream(
+        StreamOptions(
+            orders=int(args.records / 2.3),
+            seed=99,
+            redelivery_rate=0.05,
+            invalid_rate=0.02,
+            out_of_order_rate=0.1,
+            null_key_rate=0.02,
+        )
+    )
     plan.records = plan.records[: args.records]
     produced = produce_plan(conf, plan, topic, track=False, progress=True)
     n = len(plan.records)
     print(f"backlog: {n:,} records on {topic} ({produced.seconds:.1f}s to produce)")
 
     perf = consumer_performance(conf, topic, n)
-    print(f"ConsumerPerformance: {perf['records']:,.0f} records in {perf['seconds']:.1f}s = "
-          f"{perf['records_per_s']:,.0f} records/s ({perf['mb']:.0f} MB)")  # fmt: skip
+    print(
+        f"ConsumerPerformance: {perf['records']:,.0f} records in {perf['seconds']:.1f}s = "
+        f"{perf['records_per_s']:,.0f} records/s ({perf['mb']:.0f} MB)"
+    )
 
     spark = build_spark(conf, app_name="bench-bronze")
     started = time.monotonic()
@@ -102,8 +120,10 @@ def main() -> None:
     rate = n / seconds
     ratio = rate / perf["records_per_s"]
     steady_ratio = steady / perf["records_per_s"]
-    print(f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
-          f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)")  # fmt: skip
+    print(
+        f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
+        f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)"
+    )
     print(
         f"bronze batches only: {len(batches)} batches in {batch_seconds:.1f}s = {steady:,.0f} rows/s"
     )

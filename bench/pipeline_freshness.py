@@ -23,7 +23,6 @@ Results also go to bench/results/pipeline_freshness-<time>.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import multiprocessing
 import os
@@ -39,7 +38,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.config import StorageConf, load_config
+from pipelines.config import load_config
 from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import bronze_tables, run_bronze, start_bronze
 from pipelines.layers.gold import gold_tables, seed_dimensions, start_gold
@@ -48,7 +47,7 @@ from pipelines.local import broker
 from pipelines.reference.orders_stream import generate_orders_stream, with_every_twist
 from pipelines.reference.producer import producer_settings
 from pipelines.streaming.console import ConsoleProgress, kafka_lag
-from silver.order_events import parse_order_events
+from silver.order_events import parse_events
 
 CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
 EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
@@ -60,9 +59,14 @@ Record = tuple[bytes | None, bytes, int]
 def generate_chunk(k: int) -> list[Record]:
     """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
     span = timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
-    plan = generate_orders_stream(with_every_twist(
-        orders=CHUNK_ORDERS, seed=1000 + k, start_time=T0 + k * span,
-        events_per_second=EVENTS_PER_SECOND))  # fmt: skip
+    plan = generate_orders_stream(
+        with_every_twist(
+            orders=CHUNK_ORDERS,
+            seed=1000 + k,
+            start_time=T0 + k * span,
+            events_per_second=EVENTS_PER_SECOND,
+        )
+    )
     return [(r.key, r.value, r.partition) for r in plan.records]
 
 
@@ -104,8 +108,14 @@ class PacedProducer(threading.Thread):
             while self.sent < due:
                 key, value, partition = self.records[self.sent]
                 try:
-                    self.producer.produce(self.topic, value=value, key=key, partition=partition,
-                                          timestamp=now_ms, on_delivery=self._on_delivery)  # fmt: skip
+                    self.producer.produce(
+                        self.topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        timestamp=now_ms,
+                        on_delivery=self._on_delivery,
+                    )
                 except BufferError:
                     self.producer.poll(0.01)
                     continue
@@ -159,16 +169,21 @@ def percentiles(df, column: str) -> dict[str, float]:
     ).first()
     if not row["n"]:
         return {"n": 0}
-    return {"n": row["n"], "p50": row["p"][0], "p90": row["p"][1], "p99": row["p"][2],
-            "max": float(row["max"])}  # fmt: skip
+    return {
+        "n": row["n"],
+        "p50": row["p"][0],
+        "p90": row["p"][1],
+        "p99": row["p"][2],
+        "max": float(row["max"]),
+    }
 
 
 def measure_bronze_max(spark: SparkSession, conf, records: list[Record]) -> float:
     topic = f"bench.max.{uuid.uuid4().hex[:8]}"
-    stream = dataclasses.replace(conf.stream("orders"), topic=topic)
     root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-max-"))
-    c = conf.with_overrides(storage=StorageConf(root=str(root)), streams={"orders": stream})
-    ensure_topic(c, topic, stream.partitions, 1)
+    c = conf.updated({"storage.root": str(root), "streams.orders.topic": topic})
+    stream = c.stream("orders")
+    ensure_topic(c, topic, stream.partitions, stream.replication_factor)
     producer = PacedProducer(c, topic, records, rate=1e12)
     producer.run()
     started = time.monotonic()
@@ -193,7 +208,10 @@ def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
         c["version"]: first_covering_batch(ends, c["version"]) for c in silver_commits
     }
     commit_ms: dict[tuple[str, int], int] = {}
-    for table, name in ((gold.revenue, "revenue"), (gold.countries, "countries")):
+    for table, name in (
+        (gold.aggregates["gold/revenue_by_category_1m"], "revenue"),
+        (gold.aggregates["gold/orders_by_country_5m"], "countries"),
+    ):
         for c in delta_commits(table):
             for app_id, version in c["txn"]:
                 if app_id.startswith(f"gold:{name}:"):
@@ -202,21 +220,30 @@ def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
     files = spark.createDataFrame(
         file_version, "file string, silver_version bigint, silver_ms bigint"
     )
-    batches = spark.createDataFrame([(v, b) for v, b in batch_of_version.items()],
-                                    "silver_version bigint, gold_batch bigint")  # fmt: skip
-    commits = spark.createDataFrame([(n, b, ms) for (n, b), ms in commit_ms.items()],
-                                    "gold_table string, gold_batch bigint, gold_ms bigint")  # fmt: skip
+    batches = spark.createDataFrame(
+        [(v, b) for v, b in batch_of_version.items()], "silver_version bigint, gold_batch bigint"
+    )
+    commits = spark.createDataFrame(
+        [(n, b, ms) for (n, b), ms in commit_ms.items()],
+        "gold_table string, gold_batch bigint, gold_ms bigint",
+    )
     sent = (
-        spark.read.format("delta").load(bronze.raw).transform(parse_order_events)
+        spark.read.format("delta")
+        .load(bronze.raw)
+        .transform(parse_events)
         .where(F.col("reason").isNull())
-        .groupBy("event_id").agg(F.min("kafka_timestamp").alias("kafka_timestamp"))
-    )  # fmt: skip
+        .groupBy("event_id")
+        .agg(F.min("kafka_timestamp").alias("kafka_timestamp"))
+    )
     events = (
-        spark.read.format("delta").load(silver.events)
+        spark.read.format("delta")
+        .load(silver.events)
         .select("event_id", "event_type", F.col("_metadata.file_name").alias("file"))
-        .join(files, "file").join(batches, "silver_version").join(sent, "event_id")
+        .join(files, "file")
+        .join(batches, "silver_version")
+        .join(sent, "event_id")
         .withColumn("kafka_ms", F.unix_millis("kafka_timestamp"))
-    )  # fmt: skip
+    )
     # attribution check: events per gold batch must equal the batch's input rows
     attributed = {r[0]: r[1] for r in events.groupBy("gold_batch").count().collect()}
     reported = {b: p["rows"] for b, p in progress.get("gold", {}).items() if p["rows"]}
@@ -252,8 +279,12 @@ def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
         "events_in_silver": events.count(),
         "attribution_mismatches": mismatched,
         "gold_rows": {
-            "revenue_by_category_1m": spark.read.format("delta").load(gold.revenue).count(),
-            "orders_by_country_5m": spark.read.format("delta").load(gold.countries).count(),
+            "revenue_by_category_1m": spark.read.format("delta")
+            .load(gold.aggregates["gold/revenue_by_category_1m"])
+            .count(),
+            "orders_by_country_5m": spark.read.format("delta")
+            .load(gold.aggregates["gold/orders_by_country_5m"])
+            .count(),
         },
     }
     windowed.unpersist()
@@ -270,10 +301,13 @@ def collect(queries: dict, printers: dict, progress: dict) -> None:
                 sum(x for x in lags if x is not None) if any(x is not None for x in lags) else None
             )
             progress.setdefault(name, {})[p.batchId] = {
-                "rows": p.numInputRows, "seconds": p.durationMs.get("triggerExecution", 0) / 1000,
-                "state_rows": state, "state_operators": len(p.stateOperators),
-                "at": p.timestamp, "lag": lag,
-            }  # fmt: skip
+                "rows": p.numInputRows,
+                "seconds": p.durationMs.get("triggerExecution", 0) / 1000,
+                "state_rows": state,
+                "state_operators": len(p.stateOperators),
+                "at": p.timestamp,
+                "lag": lag,
+            }
 
 
 def main() -> None:
@@ -291,12 +325,10 @@ def main() -> None:
 
     conf = load_config(args.env)
     broker.start(conf)
-    conf = conf.with_overrides(spark=dataclasses.replace(conf.spark, driver_memory="6g"))
+    conf = conf.updated({"spark.driver_memory": "6g"})
     if args.trigger:
-        conf = conf.with_overrides(
-            bronze=dataclasses.replace(conf.bronze, trigger_interval=args.trigger),
-            silver=dataclasses.replace(conf.silver, trigger_interval=args.trigger),
-            gold=dataclasses.replace(conf.gold, trigger_interval=args.trigger),
+        conf = conf.updated(
+            {f"{x}.trigger_interval": args.trigger for x in ("bronze", "silver", "gold")}
         )
     from pipelines.streaming.spark import build_spark
 
@@ -311,8 +343,11 @@ def main() -> None:
         backlog = generate(args.backlog)[: args.backlog]
         bronze_max = measure_bronze_max(spark, conf, backlog)
         rate = bronze_max / 2
-        print(f"bronze maximum: {bronze_max:,.0f} rows/s (backlog drained with --once); "
-              f"running at half: {rate:,.0f} records/s", flush=True)  # fmt: skip
+        print(
+            f"bronze maximum: {bronze_max:,.0f} rows/s (backlog drained with --once); "
+            f"running at half: {rate:,.0f} records/s",
+            flush=True,
+        )
     else:
         bronze_max = None
     total = int(rate * args.minutes * 60)
@@ -322,18 +357,21 @@ def main() -> None:
 
     topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-fresh-"))
-    stream = dataclasses.replace(conf.stream("orders"), topic=topic)
-    conf = conf.with_overrides(storage=StorageConf(root=str(root)), streams={"orders": stream})
-    ensure_topic(conf, topic, stream.partitions, 1)
+    conf = conf.updated({"storage.root": str(root), "streams.orders.topic": topic})
+    stream = conf.stream("orders")
+    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
     seed_dimensions(spark, conf)
     queries = {"bronze": start_bronze(spark, conf)}
     queries["silver"] = start_silver(spark, conf)
     queries["gold"] = start_gold(spark, conf)
     printers = {name: ConsoleProgress(name) for name in queries}
     progress: dict = {}
-    print(f"sending {total:,} records to {topic} at {rate:,.0f}/s for {args.minutes} min; "
-          f"triggers: bronze {conf.bronze.trigger_interval}, silver {conf.silver.trigger_interval}, "
-          f"gold {conf.gold.trigger_interval}", flush=True)  # fmt: skip
+    print(
+        f"sending {total:,} records to {topic} at {rate:,.0f}/s for {args.minutes} min; "
+        f"triggers: bronze {conf.bronze.trigger_interval}, silver {conf.silver.trigger_interval}, "
+        f"gold {conf.gold.trigger_interval}",
+        flush=True,
+    )
     started_ms = int(time.time() * 1000)
     producer = PacedProducer(conf, topic, records, rate)
     producer.start()
@@ -362,9 +400,11 @@ def main() -> None:
     ]
     f, s = result["freshness_s"], result["kafka_to_silver_s"]
     print()
-    print(f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({producer.sent:,} records; "
-          f"bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s); "
-          f"producer at worst {producer.behind_s:.2f}s behind its schedule")  # fmt: skip
+    print(
+        f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({producer.sent:,} records; "
+        f"bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s); "
+        f"producer at worst {producer.behind_s:.2f}s behind its schedule"
+    )
     print(f"drain after the producer stopped: {drained_s:.1f}s")
     print(
         f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
@@ -395,12 +435,21 @@ def main() -> None:
         )
     out = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "rate": rate, "bronze_max": bronze_max, "seconds": sent_s, "records": producer.sent,
-        "triggers": [conf.bronze.trigger_interval, conf.silver.trigger_interval, conf.gold.trigger_interval],
-        "drain_seconds": drained_s, "state_rows_quarters": quarters, **result,
+        "rate": rate,
+        "bronze_max": bronze_max,
+        "seconds": sent_s,
+        "records": producer.sent,
+        "triggers": [
+            conf.bronze.trigger_interval,
+            conf.silver.trigger_interval,
+            conf.gold.trigger_interval,
+        ],
+        "drain_seconds": drained_s,
+        "state_rows_quarters": quarters,
+        **result,
         "batches": {n: list(b.values()) for n, b in progress.items()},
         "machine": {"cores": os.cpu_count()},
-    }  # fmt: skip
+    }
     out_dir = Path(__file__).parent / "results"
     out_dir.mkdir(exist_ok=True)
     path = out_dir / f"pipeline_freshness-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"

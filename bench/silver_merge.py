@@ -6,7 +6,7 @@ Usage:
 For each table size it writes silver/orders with that many orders (the job's own schema and
 table properties, files in order_id order as appends leave them), then MERGEs micro-batches of a
 fixed size (half updates of recent orders, half new orders) exactly as the silver job does:
-`latest_versions` + the newer-version rule + the key condition bounded by the batch's key range.
+`current_state` + the newer-version rule + the key condition bounded by the batch's key range.
 It also times the same MERGE without the range bound, to show what the bound buys. Prints the
 median seconds per batch and the ratio between the largest and the smallest table.
 """
@@ -25,14 +25,15 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.config import StorageConf, load_config
+from pipelines.config import load_config
 from pipelines.layers.silver import ensure_silver_tables, silver_tables
 from pipelines.streaming.spark import build_spark
+from silver.events import key_condition
 from silver.orders import (
+    KEY,
     ORDER_COLUMNS,
-    latest_versions,
-    newer_version_condition,
-    order_key_condition,
+    current_state,
+    is_newer,
 )
 
 ROWS_PER_FILE = 1_000_000
@@ -91,18 +92,19 @@ def batch_events(spark: SparkSession, table_rows: int, batch: int, n: int):
 
 
 def merge_batch(spark: SparkSession, path: str, events, bounded: bool) -> float:
-    latest = latest_versions(events).persist()
+    latest = current_state(events).persist()
     latest.count()
     lo, hi = latest.agg(F.min("order_id"), F.max("order_id")).first()
-    condition = order_key_condition(lo, hi) if bounded else order_key_condition()
+    condition = key_condition(KEY, lo, hi) if bounded else key_condition(KEY)
     started = time.monotonic()
     (
-        DeltaTable.forPath(spark, path).alias("t")
+        DeltaTable.forPath(spark, path)
+        .alias("t")
         .merge(latest.alias("s"), condition)
-        .whenMatchedUpdateAll(condition=newer_version_condition("t", "s"))
+        .whenMatchedUpdateAll(condition=is_newer("t", "s"))
         .whenNotMatchedInsertAll()
         .execute()
-    )  # fmt: skip
+    )
     seconds = time.monotonic() - started
     latest.unpersist()
     return seconds
@@ -117,12 +119,12 @@ def main() -> None:
 
     base = load_config("local")
     root = Path(tempfile.mkdtemp(prefix="lakehouse-merge-bench-"))
-    spark = build_spark(base.with_overrides(storage=StorageConf(root=str(root))), "bench-merge")
+    spark = build_spark(base.updated({"storage.root": str(root)}), "bench-merge")
     results: dict[str, dict] = {}
     for size in args.sizes:
-        conf = base.with_overrides(storage=StorageConf(root=str(root / f"n{size}")))
+        conf = base.updated({"storage.root": str(root / f"n{size}")})
         tables = silver_tables(conf, conf.stream("orders"))
-        ensure_silver_tables(spark, tables)
+        ensure_silver_tables(spark, conf, tables)
         t0 = time.monotonic()
         seed_orders(spark, tables.state, size)
         print(f"silver/orders with {size:,} rows written in {time.monotonic() - t0:.1f}s")
@@ -135,12 +137,20 @@ def main() -> None:
             n += 1
             times = []
             for _ in range(args.batches):
-                times.append(merge_batch(spark, tables.state,
-                                         batch_events(spark, size, args.batch, n), mode == "bounded"))  # fmt: skip
+                times.append(
+                    merge_batch(
+                        spark,
+                        tables.state,
+                        batch_events(spark, size, args.batch, n),
+                        mode == "bounded",
+                    )
+                )
                 n += 1
             figures[mode] = statistics.median(times)
-            print(f"  {mode:>9} key condition: {args.batch:,}-event batch MERGE, median "
-                  f"{figures[mode]:.2f}s over {len(times)} ({', '.join(f'{t:.2f}' for t in times)})")  # fmt: skip
+            print(
+                f"  {mode:>9} key condition: {args.batch:,}-event batch MERGE, median "
+                f"{figures[mode]:.2f}s over {len(times)} ({', '.join(f'{t:.2f}' for t in times)})"
+            )
         rows = spark.read.format("delta").load(tables.state).count()
         expected = size + n * (args.batch // 2)
         assert rows == expected, f"{rows} rows, expected {expected}"
@@ -149,8 +159,10 @@ def main() -> None:
     summary = {
         mode: results[large][mode] / results[small][mode] for mode in ("bounded", "unbounded")
     }
-    print(f"ratio {int(large):,} / {int(small):,} rows: bounded {summary['bounded']:.2f}, "
-          f"unbounded {summary['unbounded']:.2f}")  # fmt: skip
+    print(
+        f"ratio {int(large):,} / {int(small):,} rows: bounded {summary['bounded']:.2f}, "
+        f"unbounded {summary['unbounded']:.2f}"
+    )
     out_dir = Path(__file__).parent / "results"
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"

@@ -9,39 +9,22 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-RAW_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        StructField("kafka_timestamp", TimestampType(), True),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType(
-                    [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
-                ),
-                True,
-            ),
-            True,
-        ),
-        StructField("ingested_at", TimestampType(), False),
-    ]
+from bronze.ddl import column_names
+
+SCHEMA = (
+    "topic string NOT NULL, partition int NOT NULL, offset bigint NOT NULL, kafka_timestamp timestamp, "
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
+    "ingested_at timestamp NOT NULL"
 )
-RAW_COLUMNS = [f.name for f in RAW_SCHEMA.fields]
+PROPERTIES = {"delta.appendOnly": "true"}
+RAW_COLUMNS = column_names(SCHEMA)
+# offsets Kafka deleted before bronze read them (retention), once each
+GAPS_SCHEMA = (
+    "topic string NOT NULL, partition int NOT NULL, from_offset bigint NOT NULL, "
+    "to_offset bigint NOT NULL, missing_records bigint NOT NULL, detected_at timestamp NOT NULL, "
+    "detected_by string NOT NULL"
+)
 COORDINATES = ["topic", "partition", "offset"]
 
 

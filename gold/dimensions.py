@@ -6,15 +6,20 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 UNKNOWN = "unknown"
+MAX_SUM = 9_999_999_999_999_999.99  # decimal(18,2)
+# The dimension tables: loaded from the seed files, read by every gold batch as they are then.
+PRODUCTS_SCHEMA = "product_id string, name string, category string, list_price decimal(12,2)"
+CUSTOMERS_SCHEMA = "customer_id string, name string, country string, segment string"
 
 
-def with_dimensions(events: DataFrame, products: DataFrame, customers: DataFrame) -> DataFrame:
-    """Each event with its product's `category` and its customer's `country`.
+def enrich(events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:
+    """Each event with its product's `category` and its customer's `country` (from the
+    `products` and `customers` dimensions).
 
     Left joins: an id missing from its dimension counts under `unknown`, never disappears.
     """
-    p = products.select("product_id", "category")
-    c = customers.select("customer_id", "country")
+    p = dimensions["products"].select("product_id", "category")
+    c = dimensions["customers"].select("customer_id", "country")
     return (
         events.join(p, "product_id", "left")
         .join(c, "customer_id", "left")

@@ -1,4 +1,4 @@
-"""gold/late_events: events kept out of the windows because they came too late, with the reason."""
+"""Late events: events kept out of the windows because they came too late, with the reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-LATE_COLUMNS = ["event_id", "order_id", "event_type", "event_time", "newest_event_time", "reason"]
+SCHEMA = (
+    "event_id string, order_id string, event_type string, event_time timestamp, "
+    "newest_event_time timestamp, reason string"
+)
+PROPERTIES = {"delta.appendOnly": "true"}
+# gold's own state: the newest event time each batch had seen, so lateness survives restarts
+HIGH_WATER_SCHEMA = "query_id string, batch_id bigint, newest_event_time timestamp"
+HIGH_WATER_PROPERTIES = {"delta.appendOnly": "true"}
 
 
 def late_cutoff(newest_event_time: datetime | None, lateness_seconds: int) -> F.Column:
@@ -23,15 +30,15 @@ def on_time_events(events: DataFrame, newest: datetime | None, lateness_seconds:
     return events.where(cutoff.isNull() | (F.col("event_time") >= cutoff))
 
 
-def late_events(events: DataFrame, newest: datetime | None, lateness_seconds: int) -> DataFrame:
-    """Events older than the allowed lateness, as gold/late_events rows with a readable reason."""
+def late_events(
+    events: DataFrame, newest: datetime | None, lateness_seconds: int, columns: list[str]
+) -> DataFrame:
+    """Events older than the allowed lateness, as late-events rows (`columns` of the event, then
+    `newest_event_time` and a readable `reason`)."""
     cutoff = late_cutoff(newest, lateness_seconds)
     minutes = lateness_seconds / 60
     return events.where(F.col("event_time") < cutoff).select(
-        "event_id",
-        "order_id",
-        "event_type",
-        "event_time",
+        *[c for c in columns if c not in ("newest_event_time", "reason")],
         F.lit(newest).cast("timestamp").alias("newest_event_time"),
         F.format_string(
             f"event_time %s is more than {minutes:g} minutes behind the newest event time "

@@ -5,13 +5,35 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gold.dimensions import line_value
+from gold.dimensions import MAX_SUM, UNKNOWN, line_value
+from gold.revenue_by_category_1m import PREPARE_FOR_EXPECTATIONS  # noqa: F401 (declared here too)
 
+SCHEMA = (
+    "window_start timestamp, window_end timestamp, country string, created_orders bigint, "
+    "order_value decimal(18,2)"
+)
 KEY_COLUMNS = ["window_start", "window_end", "country"]
-VALUE_COLUMNS = ["created_orders", "order_value"]
+VALUE_COLUMNS = ["created_orders", "order_value"]  # additive: a batch adds to its window rows
+WINDOW_SECONDS = 300  # how far before its event time a window row an event touches starts
+EXPECTATIONS = (
+    ("expect_compound_columns_to_be_unique", {"column_list": KEY_COLUMNS}),
+    (
+        "expect_column_values_to_be_between",
+        {"column": "window_seconds", "min_value": 300, "max_value": 300},
+    ),
+    (
+        "expect_column_values_to_be_between",
+        {"column": "order_value", "min_value": 0, "max_value": MAX_SUM},
+    ),
+    ("expect_column_values_to_be_between", {"column": "created_orders", "min_value": 1}),
+    (
+        "expect_column_values_to_not_be_in_set",
+        {"column": "country", "value_set": [UNKNOWN], "mostly": "quality.known_share"},
+    ),
+)
 
 
-def orders_by_country_5m(events: DataFrame) -> DataFrame:
+def aggregate(events: DataFrame) -> DataFrame:
     """Per (window, country) of `created` events: count and exact order value; each event counts
     in the five windows that contain it."""
     w = F.window("event_time", "5 minutes", "1 minute")
@@ -20,7 +42,9 @@ def orders_by_country_5m(events: DataFrame) -> DataFrame:
         .groupBy(w.alias("w"), "country")
         .agg(
             F.count("*").alias("created_orders"),
-            F.sum(line_value(F.col("quantity"), F.col("unit_price"))).cast("decimal(18,2)").alias("order_value"),
+            F.sum(line_value(F.col("quantity"), F.col("unit_price")))
+            .cast("decimal(18,2)")
+            .alias("order_value"),
         )
         .select(
             F.col("w.start").alias("window_start"),

@@ -5,13 +5,44 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gold.dimensions import line_value
+from gold.dimensions import MAX_SUM, UNKNOWN, line_value
+from silver.order_events import CURRENCIES
 
+SCHEMA = (
+    "window_start timestamp, window_end timestamp, category string, currency string, "
+    "paid_orders bigint, units bigint, revenue decimal(18,2)"
+)
 KEY_COLUMNS = ["window_start", "window_end", "category", "currency"]
-VALUE_COLUMNS = ["paid_orders", "units", "revenue"]
+VALUE_COLUMNS = ["paid_orders", "units", "revenue"]  # additive: a batch adds to its window rows
+WINDOW_SECONDS = 60  # how far before its event time a window row an event touches starts
+EXPECTATIONS = (
+    ("expect_compound_columns_to_be_unique", {"column_list": KEY_COLUMNS}),
+    (
+        "expect_column_values_to_be_between",
+        {"column": "window_seconds", "min_value": 60, "max_value": 60},
+    ),
+    (
+        "expect_column_values_to_be_between",
+        {"column": "revenue", "min_value": 0, "max_value": MAX_SUM},
+    ),
+    ("expect_column_values_to_be_between", {"column": "paid_orders", "min_value": 1}),
+    ("expect_column_values_to_be_in_set", {"column": "currency", "value_set": CURRENCIES}),
+    # `quality.known_share`: at least 1 - quality.unknown_share_max of the rows have a category
+    (
+        "expect_column_values_to_not_be_in_set",
+        {"column": "category", "value_set": [UNKNOWN], "mostly": "quality.known_share"},
+    ),
+)
 
 
-def revenue_by_category_1m(events: DataFrame) -> DataFrame:
+def PREPARE_FOR_EXPECTATIONS(windows: DataFrame) -> DataFrame:  # noqa: N802 (a declaration)
+    """Window rows with `window_seconds`, the length the expectations check."""
+    return windows.withColumn(
+        "window_seconds", F.col("window_end").cast("long") - F.col("window_start").cast("long")
+    )
+
+
+def aggregate(events: DataFrame) -> DataFrame:
     """Per (window, category, currency) of `paid` events: count, units and exact revenue."""
     w = F.window("event_time", "1 minute")
     return (
@@ -20,7 +51,9 @@ def revenue_by_category_1m(events: DataFrame) -> DataFrame:
         .agg(
             F.count("*").alias("paid_orders"),
             F.sum("quantity").alias("units"),
-            F.sum(line_value(F.col("quantity"), F.col("unit_price"))).cast("decimal(18,2)").alias("revenue"),
+            F.sum(line_value(F.col("quantity"), F.col("unit_price")))
+            .cast("decimal(18,2)")
+            .alias("revenue"),
         )
         .select(
             F.col("w.start").alias("window_start"),

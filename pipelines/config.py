@@ -1,7 +1,8 @@
 """Typed, per-environment configuration: `conf/<env>.yaml`, overridden by environment variables.
 
-Every key is checked: an unknown key or a bad value fails at load time with a message that names
-the key and the file (or the environment variable) it came from.
+Sources, highest first: LAKEHOUSE__* variables, `conf/<env>.yaml`, the defaults below. A YAML
+value must have its key's type; a variable's text is parsed by it ("0123" is a string or 123, ""
+is null). Errors name the key and the file or variable its value came from.
 
 Environment variables:
     LAKEHOUSE_ENV            environment name, i.e. which `conf/<env>.yaml` (default `local`)
@@ -13,16 +14,15 @@ Environment variables:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, TypeAdapter
+from pydantic_core import ErrorDetails, PydanticCustomError, ValidationError
 
 from pipelines.errors import ConfigError
 
@@ -35,157 +35,190 @@ class InvalidConfigError(ConfigError):
     """A configuration key is unknown or its value is wrong; the message names key and source."""
 
 
-@dataclass(frozen=True)
-class StorageConf:
+def _matching(pattern: str, what: str) -> AfterValidator:
+    """A check that a string matches `pattern`, else an error saying `what` is expected."""
+    regex = re.compile(pattern, re.IGNORECASE | re.ASCII)
+
+    def check(value: str) -> str:
+        if not regex.fullmatch(value):
+            raise PydanticCustomError("expected", f"expected {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+_DURATION = r"\d+(\.\d+)?\s*(millisecond|second|minute|hour)s?"
+Duration = Annotated[str, _matching(_DURATION, "a duration such as '10 seconds' or '1 minute'")]
+Size = Annotated[str, _matching(r"\d+[kmgt]", "a size such as '2g' or '768m'")]
+TableName = Annotated[str, _matching(r"[\w-]+([./][\w-]+)*", "a table name like 'bronze/orders'")]
+Count = Annotated[int, Field(ge=1)]  # also timeouts in whole seconds
+Positive = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class _Section(BaseModel):
+    # Strict: a YAML value must have the field's type; environment text is parsed by _parse_env.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class StorageConf(_Section):
     """Where the tables live: one root, tables and checkpoints derived from it."""
 
     root: str = "data/local"
 
 
-@dataclass(frozen=True)
-class KafkaConf:
+class KafkaConf(_Section):
     """How to reach Kafka. The SASL password comes only from LAKEHOUSE_KAFKA_SASL_PASSWORD."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = None
-    request_timeout_s: int = 15
+    request_timeout_s: Count = 15
 
 
-@dataclass(frozen=True)
-class LocalBrokerConf:
+class LocalBrokerConf(_Section):
     """The embedded single-node KRaft broker started by `lakehouse kafka start`."""
 
     version: str = "4.3.1"
     host: str = "127.0.0.1"
-    port: int = 9092
-    controller_port: int = 9093
+    port: Port = 9092
+    controller_port: Port = 9093
     data_dir: str = ".lakehouse/kafka/local"
-    heap: str = "768m"
-    start_timeout_s: int = 90
+    heap: Size = "768m"
+    start_timeout_s: Count = 90
 
 
-@dataclass(frozen=True)
-class SparkConf:
+class SparkConf(_Section):
     """Session settings; `extra` is passed to the builder as is."""
 
     master: str = "local[2]"
     app_name: str = "lakehouse"
-    shuffle_partitions: int = 4
+    shuffle_partitions: Count = 4
     ui: bool = False
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "WARN"
-    driver_memory: str = "2g"
-    extra: dict[str, str] = field(default_factory=dict)
+    driver_memory: Size = "2g"
+    extra: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
-class StreamConf:
-    """One Kafka topic and the bronze table it lands in."""
+class StreamConf(_Section):
+    """One Kafka topic and the tables it flows through; each table is declared by the module
+    named after it (`silver/orders` -> `silver.orders`) unless `modules` names another."""
 
     topic: str
-    bronze_table: str
-    partitions: int = 4
-    replication_factor: int = 1
-    events_table: str | None = None  # silver: every valid event once
-    state_table: str | None = None  # silver: current state per natural key
-    quarantine_table: str | None = None  # silver: every invalid record with its reason
+    bronze_table: TableName
+    partitions: Count = 4
+    replication_factor: Count = 1
+    events_table: TableName | None = None  # silver: every valid event once
+    state_table: TableName | None = None  # silver: current state per natural key
+    quarantine_table: TableName | None = None  # silver: every invalid record with its reason
+    gold_tables: list[TableName] = []  # gold: windowed aggregates of the events, added per batch
+    late_events_table: TableName | None = None  # gold: events too late for the windows
+    dimensions: dict[str, TableName] = {}  # gold: role -> dimension table joined per batch
+    enrich: str | None = None  # gold: module with enrich(events, dimensions) and their schemas
+    modules: dict[str, str] = {}  # table -> module declaring it, e.g. for a stream in a test
+
+    def module(self, table: str) -> str:
+        """The module that declares `table`."""
+        return self.modules.get(table) or table.replace("/", ".")
 
 
-@dataclass(frozen=True)
-class BronzeConf:
+class BronzeConf(_Section):
     """Bronze ingest: trigger, rate limit, and what to do when Kafka lost offsets to retention."""
 
-    trigger_interval: str = "10 seconds"
-    max_offsets_per_trigger: int | None = 200_000
+    trigger_interval: Duration = "10 seconds"
+    max_offsets_per_trigger: Count | None = 200_000
     on_data_loss: Literal["fail", "record"] = "fail"
 
 
-@dataclass(frozen=True)
-class SilverConf:
+class SilverConf(_Section):
     """Silver job: trigger and how much of bronze one micro-batch takes."""
 
-    trigger_interval: str = "10 seconds"
-    max_files_per_trigger: int | None = 50
+    trigger_interval: Duration = "10 seconds"
+    max_files_per_trigger: Count | None = 50
 
 
-@dataclass(frozen=True)
-class GoldConf:
+class GoldConf(_Section):
     """Gold job: trigger, allowed lateness, batch size, and where the dimension seeds are."""
 
-    trigger_interval: str = "10 seconds"
-    allowed_lateness_minutes: int = 10
-    max_files_per_trigger: int | None = 50
+    trigger_interval: Duration = "10 seconds"
+    allowed_lateness_minutes: Annotated[int, Field(ge=0)] = 10
+    max_files_per_trigger: Count | None = 50
     seed_dir: str = "conf/seeds"
     check_quality_per_batch: bool = False  # run the gold suites on each batch before its MERGE
 
 
-@dataclass(frozen=True)
-class QualityConf:
+class QualityConf(_Section):
     """Data-quality checks: per-suite policy (`warn` or `fail`) and the `unknown` share allowed."""
 
     default_policy: Literal["warn", "fail"] = "fail"
-    policies: dict[str, Literal["warn", "fail"]] = field(default_factory=dict)
-    unknown_share_max: float = 0.10  # share of gold rows under `unknown`
+    policies: dict[str, Literal["warn", "fail"]] = {}
+    unknown_share_max: Share = 0.10  # share of gold rows under `unknown`
 
 
-@dataclass(frozen=True)
-class ClusterConf:
+class ClusterConf(_Section):
     """The Spark standalone cluster of `lakehouse cluster start`: a master and its workers."""
 
     host: str = "127.0.0.1"
-    master_port: int = 7077
-    master_webui_port: int = 8080
-    workers: int = 2
-    worker_cores: int = 1
-    worker_memory: str = "2g"
+    master_port: Port = 7077
+    master_webui_port: Port = 8080
+    workers: Count = 2
+    worker_cores: Count = 1
+    worker_memory: Size = "2g"
     dir: str = ".lakehouse/cluster"
-    start_timeout_s: int = 60
+    start_timeout_s: Count = 60
 
     @property
     def master_url(self) -> str:
         return f"spark://{self.host}:{self.master_port}"
 
 
-@dataclass(frozen=True)
-class ProgressTableConf:
+class ProgressTableConf(_Section):
     """The progress table: every streaming query's progress, appended to a Delta table."""
 
     enabled: bool = True
-    table: str = "system/query_progress"
-    flush_interval_s: float = 10.0  # how often buffered progress rows are written
+    table: TableName = "system/query_progress"
+    flush_interval_s: Positive = 10.0  # how often buffered progress rows are written
 
 
-@dataclass(frozen=True)
-class ProducerConf:
+class TablesConf(_Section):
+    """Names of the tables every job shares."""
+
+    quality_results: TableName = "quality/results"
+    job_runs: TableName = "_jobs/runs"
+
+
+class ProducerConf(_Section):
     """Defaults of `lakehouse produce` for the reference stream."""
 
     stream: str = "orders"
     seed: int = 7
-    orders: int = 1_000
+    orders: Count = 1_000
     start_time: str = "2026-11-22T10:00:00Z"
-    events_per_second: float = 20.0
+    events_per_second: Positive = 20.0
 
 
-@dataclass(frozen=True)
-class LakehouseConf:
-    """The whole configuration of one environment."""
+class LakehouseConf(_Section):
+    """The whole configuration of one environment; `env` and `source` are set by the loader."""
 
     env: str = "local"
     source: str = "<defaults>"
-    storage: StorageConf = field(default_factory=StorageConf)
-    kafka: KafkaConf = field(default_factory=KafkaConf)
-    local_broker: LocalBrokerConf = field(default_factory=LocalBrokerConf)
-    spark: SparkConf = field(default_factory=SparkConf)
-    bronze: BronzeConf = field(default_factory=BronzeConf)
-    silver: SilverConf = field(default_factory=SilverConf)
-    gold: GoldConf = field(default_factory=GoldConf)
-    quality: QualityConf = field(default_factory=QualityConf)
-    progress_table: ProgressTableConf = field(default_factory=ProgressTableConf)
-    cluster: ClusterConf = field(default_factory=ClusterConf)
-    producer: ProducerConf = field(default_factory=ProducerConf)
-    streams: dict[str, StreamConf] = field(default_factory=dict)
+    storage: StorageConf = StorageConf()
+    kafka: KafkaConf = KafkaConf()
+    local_broker: LocalBrokerConf = LocalBrokerConf()
+    spark: SparkConf = SparkConf()
+    bronze: BronzeConf = BronzeConf()
+    silver: SilverConf = SilverConf()
+    gold: GoldConf = GoldConf()
+    quality: QualityConf = QualityConf()
+    progress_table: ProgressTableConf = ProgressTableConf()
+    cluster: ClusterConf = ClusterConf()
+    producer: ProducerConf = ProducerConf()
+    tables: TablesConf = TablesConf()
+    streams: dict[str, StreamConf] = {}
 
     @property
     def root(self) -> Path:
@@ -220,9 +253,18 @@ class LakehouseConf:
     def cluster_dir(self) -> Path:
         return _resolve(self.cluster.dir)
 
-    def with_overrides(self, **sections: Any) -> LakehouseConf:
-        """A copy with whole sections or fields replaced, e.g. storage=StorageConf(root=...)."""
-        return dataclasses.replace(self, **sections)
+    def updated(self, values: dict[str, object]) -> LakehouseConf:
+        """A copy with dotted keys set, e.g. {"storage.root": "/tmp/x"}, checked like a file."""
+        tree = self.model_dump(exclude={"env": True, "source": True, "kafka": {"sasl_password"}})
+        sources: dict[str, str] = {}
+        for key, value in values.items():
+            _put(tree, key.split("."), value, "updated()", sources)
+        secret = self.kafka.sasl_password
+        return _validated(tree, sources, [], secret, env=self.env, source=self.source)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The effective configuration as plain JSON-able data, secrets masked."""
+        return self.model_dump(mode="json")
 
 
 def _table_rel(table: str) -> Path:
@@ -244,7 +286,7 @@ def conf_dir() -> Path:
 
 
 def load_config(env: str | None = None, path: str | Path | None = None) -> LakehouseConf:
-    """Load `conf/<env>.yaml` (or `path`), apply LAKEHOUSE__* overrides, and check every key."""
+    """Load `conf/<env>.yaml` (or `path`), apply LAKEHOUSE__* variables, and check every key."""
     env = env or os.environ.get("LAKEHOUSE_ENV", "local")
     file = Path(path) if path else conf_dir() / f"{env}.yaml"
     if not file.is_file():
@@ -253,126 +295,125 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
             f"no configuration file {file} for environment {env!r} (available: {available})"
         )
     try:
-        raw = yaml.safe_load(file.read_text()) or {}
+        tree = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
         raise InvalidConfigError(f"{file} is not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
+    if not isinstance(tree, dict):
         raise InvalidConfigError(f"{file}: the top level must be a mapping of sections")
-    raw.setdefault("env", env)
     sources: dict[str, str] = {}
-    _apply_env_overrides(raw, sources)
-    conf = _build(LakehouseConf, {**raw, "source": str(file)}, "", str(file), sources)
-    return conf
+    problems: list[str] = []
+    for name, text in sorted(os.environ.items()):
+        if name.startswith(ENV_PREFIX):
+            keys = name[len(ENV_PREFIX) :].lower().split("__")
+            where = f"environment variable {name}"
+            try:
+                _put(tree, keys, _parse_env(keys, text), where, sources)
+            except ValidationError as e:
+                problems += [_problem(err, {}, where, tuple(keys)) for err in e.errors()]
+    password = os.environ.get(SASL_PASSWORD_ENV)
+    secret = SecretStr(password) if password else None
+    return _validated(tree, sources, problems, secret, env=env, source=str(file))
 
 
-def _apply_env_overrides(raw: dict[str, Any], sources: dict[str, str]) -> None:
-    for name, value in sorted(os.environ.items()):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__")]
-        node = raw
-        for k in keys[:-1]:
-            child = node.get(k)
-            if child is None:
-                child = node[k] = {}
-            if not isinstance(child, dict):
-                raise InvalidConfigError(f"environment variable {name}: {k!r} is not a section")
-            node = child
-        node[keys[-1]] = yaml.safe_load(value) if value != "" else None
-        sources[".".join(keys)] = f"environment variable {name}"
+def _parse_env(keys: list[str], text: str) -> Any:
+    """An environment variable's text parsed by the type of the key it sets."""
+    if text == "":
+        return None
+    field_type = _field_type(keys)
+    # An unknown key stays text: the whole-tree check refuses it, naming the variable.
+    return text if field_type is None else TypeAdapter(field_type).validate_python(text)
 
 
-_DURATION = re.compile(r"^\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?)$", re.IGNORECASE)
-# Checks beyond the type, keyed by the field's dotted name.
-_CHECKS: dict[str, tuple[Any, str]] = {
-    "bronze.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
-    "silver.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
-    "gold.trigger_interval": (_DURATION.match, "a duration such as '10 seconds' or '1 minute'"),
-    "spark.driver_memory": (re.compile(r"^\d+[kmgt]$", re.IGNORECASE).match, "a size such as '2g'"),
-    "local_broker.heap": (re.compile(r"^\d+[kmg]$", re.IGNORECASE).match, "a size such as '768m'"),
-}
-
-
-def _check(key: str, value: Any, where: str) -> None:
-    check = _CHECKS.get(key)
-    if check and value is not None and not check[0](str(value)):
-        raise InvalidConfigError(f"{key} in {where}: expected {check[1]}, got {value!r}")
-
-
-def _build(cls: type, data: Any, prefix: str, file: str, sources: dict[str, str]) -> Any:
-    where = _where(prefix, file, sources)
-    if not isinstance(data, dict):
-        raise InvalidConfigError(f"{prefix or 'top level'} in {where}: expected a mapping")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        key = f"{prefix}{unknown[0]}"
-        raise InvalidConfigError(
-            f"unknown key {key!r} in {_where(key, file, sources)}; "
-            f"known keys{' of ' + prefix.rstrip('.') if prefix else ''}: {', '.join(sorted(names))}"
-        )
-    kwargs = {}
-    for name in names & set(data):
-        key = f"{prefix}{name}"
-        kwargs[name] = _convert(hints[name], data[name], key, file, sources)
-        _check(key, kwargs[name], _where(key, file, sources))
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        missing = re.findall(r"'(\w+)'", str(e))
-        key = f"{prefix}{missing[0]}" if missing else prefix.rstrip(".")
-        raise InvalidConfigError(f"missing key {key!r} in {where}") from None
-
-
-def _convert(tp: Any, value: Any, key: str, file: str, sources: dict[str, str]) -> Any:
-    where = _where(key, file, sources)
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+def _field_type(keys: list[str]) -> Any:
+    """The type of the key `keys` (a model class for a section), or None if there is no such key."""
+    field_type: Any = LakehouseConf
+    for key in keys:
+        if typing.get_origin(field_type) is dict:
+            field_type = typing.get_args(field_type)[1]
+        elif isinstance(field_type, type) and issubclass(field_type, _Section):
+            field = field_type.model_fields.get(key)
+            field_type = field and field.annotation
+        else:
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, key, file, sources)
-    if value is None:
-        raise InvalidConfigError(f"{key} in {where}: a value is required, got null")
-    if origin is Literal:
-        if value not in args:
-            raise InvalidConfigError(
-                f"{key} in {where}: {value!r} is not one of {', '.join(map(str, args))}"
+    return field_type
+
+
+def _put(tree: dict, keys: list[str], value: Any, where: str, sources: dict[str, str]) -> None:
+    """Set `keys` to `value` in `tree`, creating sections, and remember where the value came from."""
+    node = tree
+    for i, key in enumerate(keys[:-1]):
+        if node.get(key) is None:
+            node[key] = {}
+            sources.setdefault(".".join(keys[: i + 1]), where)
+        node = node[key]
+        if not isinstance(node, dict):
+            raise InvalidConfigError(f"{where}: {'.'.join(keys[: i + 1])} is not a section")
+    node[keys[-1]] = value
+    sources[".".join(keys)] = where
+
+
+def _validated(
+    tree: dict, sources: dict[str, str], problems: list[str], secret: Any, **fixed: str
+) -> LakehouseConf:
+    """Check the merged tree strictly, with the password and `env` and `source` set by the loader."""
+    problems += [_unknown(k, _where(k, sources, fixed["source"])) for k in fixed if k in tree]
+    kafka = tree.setdefault("kafka", {})
+    if isinstance(kafka, dict):
+        if "sasl_password" in kafka:
+            where = _where("kafka.sasl_password", sources, fixed["source"])
+            problems.append(
+                f"kafka.sasl_password in {where}: secrets come only from the environment "
+                f"variable {SASL_PASSWORD_ENV}"
             )
-        return value
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise InvalidConfigError(f"{key} in {where}: expected a mapping, got {value!r}")
-        vt = args[1]
-        return {str(k): _convert(vt, v, f"{key}.{k}", file, sources) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, f"{key}.", file, sources)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise InvalidConfigError(f"{key} in {where}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if value < 0:
-                raise InvalidConfigError(f"{key} in {where}: must be >= 0, got {value}")
-            return value
-        raise InvalidConfigError(f"{key} in {where}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
-        raise InvalidConfigError(f"{key} in {where}: expected a positive number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return str(value)
-        raise InvalidConfigError(f"{key} in {where}: expected a string, got {value!r}")
-    raise InvalidConfigError(f"{key} in {where}: unsupported type {tp}")  # pragma: no cover
+        kafka["sasl_password"] = secret
+    try:
+        conf = LakehouseConf.model_validate({**tree, **fixed})
+    except ValidationError as e:
+        problems += [_problem(err, sources, fixed["source"]) for err in e.errors()]
+    else:
+        if not problems:
+            return conf
+    if len(problems) == 1:
+        raise InvalidConfigError(problems[0])
+    raise InvalidConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems))
 
 
-def _where(key: str, file: str, sources: dict[str, str]) -> str:
-    key = key.rstrip(".")
-    for k, src in sources.items():
-        if k == key or k.startswith(key + ".") or key.startswith(k + "."):
-            return src
-    return file
+def _where(key: str, sources: dict[str, str], default: str) -> str:
+    """Where `key` came from: the variable that set it or its section, else the file."""
+    while key and key not in sources:
+        key = key.rpartition(".")[0]
+    return sources.get(key, default)
+
+
+def _unknown(key: str, where: str) -> str:
+    section = key.rpartition(".")[0]
+    model = _field_type(section.split(".") if section else [])
+    known = sorted(k for k in model.model_fields if k not in ("env", "source"))
+    of = f" of {section}" if section else ""
+    return f"unknown key {key!r} in {where}; known keys{of}: {', '.join(known)}"
+
+
+_EXPECTED = {"int": "an integer", "float": "a number", "bool": "true or false"}
+_EXPECTED |= {"string": "a string", "dict": "a mapping", "model": "a mapping"}
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than_equal": "<="}
+
+
+def _problem(error: ErrorDetails, sources: dict, default: str, prefix: tuple = ()) -> str:
+    """One pydantic error as a sentence naming the key and where its value came from."""
+    key = ".".join([*prefix, *map(str, error["loc"])])
+    where = _where(key, sources, default)
+    kind, value, ctx = error["type"], error["input"], error.get("ctx", {})
+    if kind == "extra_forbidden":
+        return _unknown(key, where)
+    if kind == "missing":
+        return f"missing key {key!r} in {where}"
+    if kind == "literal_error":
+        choices = ", ".join(re.findall(r"'([^']*)'", ctx["expected"]))
+        return f"{key} in {where}: {value!r} is not one of {choices}"
+    if kind in _BOUNDS:
+        expected = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"
+    elif kind.split("_")[0] in _EXPECTED:
+        expected = f"expected {_EXPECTED[kind.split('_')[0]]}"
+    else:
+        expected = error["msg"]  # our own checks' messages ("expected a duration ...")
+    return f"{key} in {where}: {expected}, got {value!r}"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
@@ -25,13 +24,12 @@ class TopicMissingError(ConfigError):
 def _password(conf: LakehouseConf) -> str | None:
     if conf.kafka.sasl_mechanism is None:
         return None
-    password = os.environ.get(SASL_PASSWORD_ENV)
-    if not password:
+    if conf.kafka.sasl_password is None:
         raise InvalidConfigError(
             f"kafka.sasl_mechanism is {conf.kafka.sasl_mechanism} in {conf.source} but "
             f"{SASL_PASSWORD_ENV} is not set: export the password in that environment variable"
         )
-    return password
+    return conf.kafka.sasl_password.get_secret_value()
 
 
 def client_settings(conf: LakehouseConf) -> dict[str, str]:
@@ -111,7 +109,7 @@ def ensure_topic(conf: LakehouseConf, topic: str, partitions: int, replication: 
     try:
         futures[topic].result(timeout=conf.kafka.request_timeout_s)
     except KafkaException as e:
-        if "TOPIC_ALREADY_EXISTS" not in str(e):
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
         return False
     return True
@@ -134,8 +132,8 @@ def topic_watermarks(conf: LakehouseConf, topic: str) -> list[PartitionWatermark
             f"topic {topic!r} does not exist on {conf.kafka.bootstrap_servers}: create it "
             f"(`lakehouse produce` does) or fix the stream's topic in {conf.source}"
         )
-    consumer = Consumer({**client_settings(conf), "group.id": "lakehouse-watermarks",
-                         "enable.auto.commit": False, "log_level": 0})  # fmt: skip
+    own = {"group.id": "lakehouse-watermarks", "enable.auto.commit": False, "log_level": 0}
+    consumer = Consumer({**client_settings(conf), **own})
     try:
         result = []
         for p in sorted(meta.partitions):

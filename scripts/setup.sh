@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a machine with only Python 3.11 and Java 17:
-# a virtual environment with the pinned Python packages, and the JVM jars (Delta Lake, Spark's
-# Kafka source, the Apache Kafka broker) fetched once from Maven Central and cached.
+# a virtual environment with the Python packages of the hash-checked locks in requirements/, and
+# the JVM jars (Delta Lake, Spark's Kafka source, the Apache Kafka broker) fetched once from Maven
+# Central, checked against their recorded SHA-256 and cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,13 +21,25 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $("$PYTHON" --version)"
   "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
+# Install again only when pyproject.toml or a lock changes.
+stamp=.venv/.installed-$(cat pyproject.toml requirements/*.lock | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  echo "setup: installing Python packages"
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  echo "setup: installing the locked Python packages (requirements/dev.lock)"
+  pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+  # pyspark is an sdist, and pip fetches the build dependencies of its isolated build environment
+  # without checking hashes: so pip and setuptools come from their own hashed lock first, and
+  # everything builds against them (--no-build-isolation).
+  "${pip[@]}" --require-hashes -r requirements/build.lock
+  "${pip[@]}" --require-hashes --no-build-isolation -r requirements/dev.lock
+  "${pip[@]}" --no-build-isolation --no-deps -e .
+  # A dependency added to pyproject.toml but not to the locks shows up here.
+  if ! broken=$(.venv/bin/python -m pip check); then
+    echo "$broken" >&2
+    echo "error: the locks do not match pyproject.toml: run bash requirements/lock.sh" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
-echo "setup: JVM jars (cached after the first run)"
+echo "setup: JVM jars, checked against pipelines/resources/jars.sha256 (cached after the first run)"
 .venv/bin/lakehouse setup

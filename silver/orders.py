@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from silver.order_events import MONEY
+from bronze.ddl import column_names
+from silver.order_events import CURRENCIES, EVENT_TYPES, MAX_MONEY
 
-ORDERS_SCHEMA = StructType(
-    [
-        StructField("order_id", StringType(), False),
-        StructField("event_id", StringType(), False),
-        StructField("seq", LongType(), False),
-        StructField("status", StringType(), False),
-        StructField("customer_id", StringType(), False),
-        StructField("product_id", StringType(), False),
-        StructField("quantity", LongType(), False),
-        StructField("unit_price", MONEY, False),
-        StructField("currency", StringType(), False),
-        StructField("updated_at", TimestampType(), False),
-    ]
+SCHEMA = (
+    "order_id string NOT NULL, event_id string NOT NULL, seq bigint NOT NULL, status string NOT NULL, "
+    "customer_id string NOT NULL, product_id string NOT NULL, quantity bigint NOT NULL, "
+    "unit_price decimal(12,2) NOT NULL, currency string NOT NULL, updated_at timestamp NOT NULL"
 )
-ORDER_COLUMNS = [f.name for f in ORDERS_SCHEMA.fields]
+PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+EXPECTATIONS = (
+    ("expect_column_values_to_not_be_null", {"column": "order_id"}),
+    ("expect_column_values_to_be_unique", {"column": "order_id"}),
+    ("expect_column_values_to_be_in_set", {"column": "status", "value_set": EVENT_TYPES}),
+    ("expect_column_values_to_be_in_set", {"column": "currency", "value_set": CURRENCIES}),
+    (
+        "expect_column_values_to_be_between",
+        {"column": "unit_price", "min_value": 0, "max_value": MAX_MONEY},
+    ),
+)
+ORDER_COLUMNS = column_names(SCHEMA)
+KEY = "order_id"  # one row per order: its newest version
 
 
-def latest_versions(events: DataFrame) -> DataFrame:
+def current_state(events: DataFrame) -> DataFrame:
     """One row per order: the event with the highest seq (ties: latest event_time, then event_id)."""
     as_order = F.struct(
         F.col("order_id"),
@@ -43,25 +46,10 @@ def latest_versions(events: DataFrame) -> DataFrame:
     return events.groupBy("order_id").agg(F.max_by(as_order, rank).alias("o")).select("o.*")
 
 
-def newer_version_condition(target: str = "t", source: str = "s") -> str:
+def is_newer(target: str = "t", source: str = "s") -> str:
     """True when the source row is a later version than the target row (never an older one)."""
     t, s = target, source
     return (
         f"{s}.seq > {t}.seq OR ({s}.seq = {t}.seq AND ({s}.updated_at > {t}.updated_at OR "
         f"({s}.updated_at = {t}.updated_at AND {s}.event_id > {t}.event_id)))"
     )
-
-
-def order_key_condition(
-    lo: str | None = None, hi: str | None = None, target: str = "t", source: str = "s"
-) -> Column:
-    """MERGE condition on the natural key, bounded by the batch's key range.
-
-    With the table's files clustered by order_id, the range lets Delta skip every file whose
-    min/max statistics fall outside it: the MERGE reads what the batch can touch. Keys that grow
-    with time (sequences, ULIDs, snowflake ids, the reference stream's ids) keep that range narrow.
-    """
-    condition = F.col(f"{target}.order_id") == F.col(f"{source}.order_id")
-    if lo is not None and hi is not None:
-        condition = condition & F.col(f"{target}.order_id").between(F.lit(lo), F.lit(hi))
-    return condition

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import LakehouseConf, LocalBrokerConf, StorageConf, load_config
+from pipelines.config import LakehouseConf, load_config
 
 # Spark hands timestamps to Python in the process's local zone: make it UTC, like the tables.
 os.environ["TZ"] = "UTC"
@@ -30,12 +29,14 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
     conf = load_config("test")
     broker_dir = tmp_path_factory.mktemp("kafka")
     port, controller_port = _free_port(), _free_port()
-    return conf.with_overrides(
-        local_broker=dataclasses.replace(
-            conf.local_broker, data_dir=str(broker_dir), port=port, controller_port=controller_port
-        ),
-        kafka=dataclasses.replace(conf.kafka, bootstrap_servers=f"127.0.0.1:{port}"),
-        storage=StorageConf(root=str(tmp_path_factory.mktemp("lake"))),
+    return conf.updated(
+        {
+            "local_broker.data_dir": str(broker_dir),
+            "local_broker.port": port,
+            "local_broker.controller_port": controller_port,
+            "kafka.bootstrap_servers": f"127.0.0.1:{port}",
+            "storage.root": str(tmp_path_factory.mktemp("lake")),
+        }
     )
 
 
@@ -62,10 +63,7 @@ def kafka(base_conf: LakehouseConf):
 def lake(kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
     """Configuration with its own storage root and its own fresh topic."""
     topic = f"orders.test.{uuid.uuid4().hex[:10]}"
-    stream = dataclasses.replace(kafka.streams["orders"], topic=topic)
-    return kafka.with_overrides(
-        storage=StorageConf(root=str(tmp_path / "lake")), streams={"orders": stream}
-    )
+    return kafka.updated({"storage.root": str(tmp_path / "lake"), "streams.orders.topic": topic})
 
 
 def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
@@ -82,6 +80,3 @@ def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
-
-
-__all__ = ["LocalBrokerConf", "subprocess_env"]

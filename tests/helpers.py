@@ -32,8 +32,11 @@ def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subpro
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", module, *args],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def kill_at_random_instants(
@@ -49,7 +52,7 @@ def kill_at_random_instants(
 ) -> int:
     """Start `module --once` and SIGKILL it (JVM and all) `kills` times, each time after it
     committed a random number of batches to `watched_table` plus a random fraction of the next.
-    Returns how many runs were really killed (a run that finished first is not)."""  # fmt: skip
+    Returns how many runs were really killed (a run that finished first is not)."""
     killed = 0
     for _ in range(kills):
         proc = start_job(module, env, log, "--once")

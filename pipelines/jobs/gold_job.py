@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, prog="gold", description=__doc__.splitlines()[0])
     with exit_on_known_errors():
         conf = load_config(args.env)
-        spark = build_spark(conf, app_name="lakehouse-gold")
-        run_gold(spark, conf, once=args.once, progress=not args.quiet)
+        spark = build_spark(conf, app_name=f"lakehouse-gold-{args.stream}")
+        run_gold(spark, conf, once=args.once, progress=not args.quiet, stream=args.stream)
     return 0
 
 

@@ -16,11 +16,12 @@ from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.jobs.bronze_job import parse_args
 from pipelines.kafka import ensure_topic
-from pipelines.layers.bronze import bronze_tables, ensure_bronze_tables
+from pipelines.layers.bronze import ensure_bronze_tables
 from pipelines.layers.gold import ensure_gold_tables, gold_tables, seed_dimensions
 from pipelines.layers.silver import ensure_silver_tables, silver_tables
-from pipelines.streaming.progress_table import ensure_progress_table
+from pipelines.streaming import progress_table
 from pipelines.streaming.spark import build_spark
+from pipelines.streaming.tables import ensure_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,21 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_known_errors():
         conf = load_config(args.env)
         stream = conf.stream(args.stream)
-        if ensure_topic(conf, stream.topic, stream.partitions, 1):
+        if ensure_topic(conf, stream.topic, stream.partitions, stream.replication_factor):
             print(f"setup: created topic {stream.topic} ({stream.partitions} partitions)")
         spark = build_spark(conf, app_name="lakehouse-setup")
-        ensure_bronze_tables(spark, bronze_tables(conf, stream))
-        ensure_silver_tables(spark, silver_tables(conf, stream))
-        tables = gold_tables(conf)
-        if not DeltaTable.isDeltaTable(spark, tables.products):
-            counts = seed_dimensions(spark, conf)
-            print(
-                "setup: seeded "
-                + ", ".join(f"dimensions/{k} ({v:,} rows)" for k, v in counts.items())
-            )
-        ensure_gold_tables(spark, tables)
+        ensure_bronze_tables(spark, conf, stream)
+        ensure_silver_tables(spark, conf, silver_tables(conf, stream))
+        if stream.gold_tables:
+            tables = gold_tables(conf, args.stream)
+            if not all(DeltaTable.isDeltaTable(spark, p) for p in tables.dimensions.values()):
+                counts = seed_dimensions(spark, conf, args.stream)
+                print("setup: seeded " + ", ".join(f"{k} ({v:,} rows)" for k, v in counts.items()))
+            ensure_gold_tables(spark, conf, tables)
         if conf.progress_table.enabled:
-            ensure_progress_table(spark, conf.table_path(conf.progress_table.table))
+            ensure_table(spark, conf, progress_table.declaration(conf))
         print(f"setup: tables ready under {conf.root}")
     return 0
 

@@ -21,17 +21,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import (
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
+import bronze.raw_records
 from bronze.raw_records import (
-    RAW_SCHEMA,
     OffsetGap,
     find_retention_gaps,
     resume_offsets_from_table,
@@ -41,26 +33,11 @@ from pipelines.config import LakehouseConf, StreamConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import redacted, spark_kafka_options, topic_watermarks
 from pipelines.streaming import checkpoints
-from pipelines.streaming.query import (
-    first_line,
-    progress_table_for,
-    refuse_new_batch_when_stopping,
-    run_query,
-)
+from pipelines.streaming.query import run_query
+from pipelines.streaming.sink import IdempotentSink
+from pipelines.streaming.tables import Table, declared, ensure_table
 
 log = logging.getLogger("lakehouse.bronze")
-
-GAPS_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("from_offset", LongType(), False),
-        StructField("to_offset", LongType(), False),
-        StructField("missing_records", LongType(), False),
-        StructField("detected_at", TimestampType(), False),
-        StructField("detected_by", StringType(), False),
-    ]
-)
 
 
 class RetentionGapError(JobFailedError):
@@ -76,16 +53,20 @@ class RetentionGapError(JobFailedError):
         )
 
 
-class BronzeFailedError(JobFailedError):
-    """The bronze query stopped with an error; the message says which topic and why."""
-
-
 @dataclass(frozen=True)
 class BronzeTables:
     raw: str
     gaps: str
     checkpoint: str
     name: str
+
+
+def declarations(stream: StreamConf) -> tuple[Table, Table]:
+    """The raw table of a stream and the table of its retention gaps."""
+    return (
+        declared(bronze.raw_records, stream.bronze_table),
+        declared(bronze.raw_records, stream.bronze_table + "_gaps", prefix="GAPS_"),
+    )
 
 
 def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
@@ -97,16 +78,10 @@ def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
     )
 
 
-def ensure_bronze_tables(spark: SparkSession, tables: BronzeTables) -> None:
-    """Create the raw and gaps tables if missing (idempotent)."""
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(tables.raw)
-        .addColumns(RAW_SCHEMA)
-        .property("delta.appendOnly", "true")
-        .execute()
-    )
-    DeltaTable.createIfNotExists(spark).location(tables.gaps).addColumns(GAPS_SCHEMA).execute()
+def ensure_bronze_tables(spark: SparkSession, conf: LakehouseConf, stream: StreamConf) -> None:
+    """Create (or bring to their declarations) the raw and gaps tables."""
+    for table in declarations(stream):
+        ensure_table(spark, conf, table)
 
 
 def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
@@ -149,38 +124,20 @@ def record_gaps(
         print(f"bronze: WARNING {g.describe()}; recorded in {gaps_path}", file=sys.stderr)
 
 
-class AppendRawRecords:
-    """foreachBatch sink: append a micro-batch to bronze exactly once.
+class AppendRawRecords(IdempotentSink):
+    """foreachBatch sink: append a micro-batch to bronze exactly once (see IdempotentSink)."""
 
-    Delta skips a (txnAppId, txnVersion) it has already committed, so a batch that Spark re-runs
-    after a crash between the table commit and the checkpoint commit changes nothing. The app id
-    is the checkpoint's query id: a new checkpoint numbers batches from 0 again under a new id.
-    """
+    cache_batch = False  # written once, as it comes
 
     def __init__(self, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables) -> None:
+        super().__init__(tables.checkpoint)
         self.conf = conf
         self.stream = stream
         self.tables = tables
         self.record_gaps = conf.bronze.on_data_loss == "record"
-        self._app_id: str | None = None
 
-    def app_id(self) -> str:
-        if self._app_id is None:
-            qid = checkpoints.query_id(self.tables.checkpoint)
-            if qid is None:
-                raise BronzeFailedError(f"no query id in checkpoint {self.tables.checkpoint}")
-            self._app_id = f"bronze:{self.tables.name}:{qid}"
-        return self._app_id
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        refuse_new_batch_when_stopping(batch_id)
-        (
-            batch.write.format("delta")
-            .mode("append")
-            .option("txnAppId", self.app_id())
-            .option("txnVersion", batch_id)
-            .save(self.tables.raw)
-        )
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.append(batch, self.tables.name, self.tables.raw, batch_id)
         if self.record_gaps:
             self._record_batch_gaps(batch.sparkSession, batch_id)
 
@@ -213,6 +170,7 @@ def start_bronze(
     spark: SparkSession,
     conf: LakehouseConf,
     stream_name: str = "orders",
+    sink: AppendRawRecords | None = None,
     *,
     once: bool = False,
 ) -> StreamingQuery:
@@ -223,7 +181,7 @@ def start_bronze(
     watermarks = topic_watermarks(
         conf, topic
     )  # names the broker if unreachable, the topic if missing
-    ensure_bronze_tables(spark, tables)
+    ensure_bronze_tables(spark, conf, stream)
 
     next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)
     starting = "earliest"
@@ -265,7 +223,7 @@ def start_bronze(
         .load()
         .transform(to_raw_records)
         .writeStream.queryName(f"bronze_{stream.bronze_table.split('/')[-1]}")
-        .foreachBatch(AppendRawRecords(conf, stream, tables))
+        .foreachBatch(sink or AppendRawRecords(conf, stream, tables))
         .option("checkpointLocation", tables.checkpoint)
         .trigger(**trigger)
         .start()
@@ -286,20 +244,24 @@ def run_bronze(
     """
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
+    sink = AppendRawRecords(conf, stream, tables)
     return run_query(
-        lambda: start_bronze(spark, conf, stream_name, once=once),
+        spark,
+        conf,
+        lambda: start_bronze(spark, conf, stream_name, sink, once=once),
+        sink,
         name="bronze",
+        what=f"bronze ingest of topic {stream.topic!r} from {conf.kafka.bootstrap_servers} into {tables.raw}",
         progress=progress,
         explain=lambda e: _explain_failure(e, conf, stream, tables),
-        progress_table=progress_table_for(spark, conf),
     )
 
 
 def _explain_failure(
     e: StreamingQueryException, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables
-) -> Exception:
-    message = str(e)
-    lowered = message.lower()
+) -> Exception | None:
+    """A Kafka source that lost offsets to retention fails with text only: name the gap."""
+    lowered = str(e).lower()
     if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
         watermarks = topic_watermarks(conf, stream.topic)
         resume = checkpoints.resume_offsets(tables.checkpoint, stream.topic) or {}
@@ -311,7 +273,4 @@ def _explain_failure(
         )
         if gaps:
             return RetentionGapError(gaps, conf, tables.name)
-    return BronzeFailedError(
-        f"bronze ingest of topic {stream.topic!r} from {conf.kafka.bootstrap_servers} into "
-        f"{tables.raw} failed: {first_line(message)}"
-    )
+    return None

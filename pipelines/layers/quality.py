@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,19 +19,71 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from gold.expectations import Suite, suites
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import QualityError
+from pipelines.streaming.tables import Table, ensure_table
 
 RESULTS_SCHEMA = (
     "run_id string, run_at timestamp, table string, table_version bigint, scope string, "
     "suite string, expectation string, column string, success boolean, observed_value string, "
     "unexpected_count bigint"
 )
+APPEND_ONLY = {"delta.appendOnly": "true"}
 
 
 class QualityCheckFailedError(QualityError):
     """A suite with the `fail` policy did not pass; the message lists what failed."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """The expectations of one table, built from its declaration."""
+
+    name: str
+    table: str
+    expectations: list
+    prepare: Callable[[DataFrame], DataFrame]
+
+
+def suites(conf: LakehouseConf) -> list[Suite]:
+    """A suite for every declared table with expectations, as configured."""
+    import great_expectations.expectations as gxe  # heavy: imported only when checks run
+
+    from pipelines.layers import gold, silver
+
+    tables: dict[str, Table] = {}
+    for name, stream in conf.streams.items():
+        if stream.events_table and stream.quarantine_table:
+            tables.update(
+                (t.name, t) for t in silver.declarations(silver.silver_tables(conf, stream))
+            )
+        if stream.gold_tables:
+            tables.update(gold.gold_tables(conf, name).declarations)
+    settings = {"quality.known_share": 1.0 - conf.quality.unknown_share_max}
+
+    def expectation(kind: str, kwargs) -> object:
+        cls = getattr(gxe, "".join(w.capitalize() for w in kind.split("_")))
+        return cls(
+            **{
+                k: settings.get(v, v)
+                if isinstance(v, str)
+                else list(v)
+                if isinstance(v, tuple)
+                else v
+                for k, v in kwargs.items()
+            }
+        )
+
+    return [
+        Suite(
+            t.name.replace("/", "_"),
+            t.name,
+            [expectation(k, a) for k, a in t.expectations],
+            t.prepare or (lambda df: df),
+        )
+        for t in tables.values()
+        if t.expectations
+    ]
 
 
 @dataclass(frozen=True)
@@ -74,12 +127,13 @@ def run_quality(
 ) -> list[SuiteOutcome]:
     """Run the suites (of `tables`, or all whose table exists) on the tables as they are now."""
     frames = {}
-    known = [s.table for s in suites(conf.quality.unknown_share_max)]
+    known = [s.table for s in suites(conf)]
     unknown = sorted(set(tables or ()) - set(known))
     if unknown:
-        raise InvalidConfigError(f"no quality suite for {', '.join(unknown)}; suites exist for "
-                                 f"{', '.join(known)}")  # fmt: skip
-    for suite in suites(conf.quality.unknown_share_max):
+        raise InvalidConfigError(
+            f"no quality suite for {', '.join(unknown)}; suites exist for {', '.join(known)}"
+        )
+    for suite in suites(conf):
         path = conf.table_path(suite.table)
         if (tables is None or suite.table in tables) and DeltaTable.isDeltaTable(spark, path):
             version = DeltaTable.forPath(spark, path).history(1).first()["version"]
@@ -104,7 +158,7 @@ def check_frames(
     run_id = uuid.uuid4().hex[:12]
     run_at = datetime.now(UTC).replace(tzinfo=None)
     rows, outcomes = [], []
-    for suite in suites(conf.quality.unknown_share_max):
+    for suite in suites(conf):
         if suite.table not in frames:
             continue
         frame, version = frames[suite.table]
@@ -113,8 +167,21 @@ def check_frames(
         failures = []
         for r in result.results:
             expectation, column, observed, unexpected = _describe(r)
-            rows.append((run_id, run_at, suite.table, version, scope, suite.name, expectation,
-                         column, bool(r.success), observed, unexpected))  # fmt: skip
+            rows.append(
+                (
+                    run_id,
+                    run_at,
+                    suite.table,
+                    version,
+                    scope,
+                    suite.name,
+                    expectation,
+                    column,
+                    bool(r.success),
+                    observed,
+                    unexpected,
+                )
+            )
             if not r.success:
                 failures.append(
                     f"{where}: {expectation}"
@@ -126,17 +193,19 @@ def check_frames(
             SuiteOutcome(suite.name, suite.table, version, bool(result.success), failures)
         )
     if rows:
-        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(
-            conf.table_path("quality/results")
-        )
+        results = Table(conf.tables.quality_results, RESULTS_SCHEMA, properties=APPEND_ONLY)
+        path = ensure_table(spark, conf, results)
+        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
     try:
         context.build_data_docs()
     except Exception as e:  # the docs are a view: a rendering problem must not hide the verdict
         logging.getLogger("lakehouse.quality").warning("Data Docs not built: %s", e)
     failing = [
-        o for o in outcomes
-        if not o.success and conf.quality.policies.get(o.suite, conf.quality.default_policy) == "fail"
-    ]  # fmt: skip
+        o
+        for o in outcomes
+        if not o.success
+        and conf.quality.policies.get(o.suite, conf.quality.default_policy) == "fail"
+    ]
     for o in outcomes:
         if not o.success and o not in failing:
             for f in o.failures:
@@ -145,14 +214,17 @@ def check_frames(
         lines = "\n  ".join(f for o in failing for f in o.failures)
         raise QualityCheckFailedError(
             f"data-quality run {run_id}: {len(failing)} suite(s) failed:\n  {lines}\n"
-            f"(results in {conf.table_path('quality/results')})"
+            f"(results in {conf.table_path(conf.tables.quality_results)})"
         )
     return outcomes
 
 
 def _validate(gx, context, source, suite: Suite, df):
-    asset = source.add_dataframe_asset(name=suite.name) if suite.name not in [
-        a.name for a in source.assets] else source.get_asset(suite.name)  # fmt: skip
+    asset = (
+        source.add_dataframe_asset(name=suite.name)
+        if suite.name not in [a.name for a in source.assets]
+        else source.get_asset(suite.name)
+    )
     batch_def = next((b for b in asset.batch_definitions if b.name == "whole"), None)
     if batch_def is None:
         batch_def = asset.add_batch_definition_whole_dataframe("whole")

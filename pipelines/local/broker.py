@@ -6,19 +6,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import DEVNULL, STDOUT
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
-from pipelines.kafka import KafkaUnreachableError, admin_client
+from pipelines.kafka import admin_client
 from pipelines.local.jars import java_executable, kafka_jars
-from pipelines.local.processes import pid_alive
+from pipelines.local.processes import pid_alive, terminate
 
 
 class LocalBrokerError(JobFailedError):
@@ -143,6 +142,19 @@ def status(conf: LakehouseConf) -> BrokerStatus:
     return BrokerStatus(False, pid, address, f"process {pid} is up but not answering at {address}")
 
 
+def _format_storage(jvm: list[str], p: dict[str, Path]) -> None:
+    """Give a new data folder its KRaft metadata: a random cluster id, this node as controller."""
+    tool = [*jvm, "kafka.tools.StorageTool"]
+    cluster_id = subprocess.run([*tool, "random-uuid"], capture_output=True, text=True, check=True)
+    args = ["format", "-t", cluster_id.stdout.strip(), "-c", str(p["props"]), "--standalone"]
+    fmt = subprocess.run([*tool, *args], capture_output=True, text=True)
+    if fmt.returncode != 0:
+        raise LocalBrokerError(
+            f"formatting Kafka storage in {p['data']} failed: "
+            f"{(fmt.stderr or fmt.stdout).strip()[-800:]}"
+        )
+
+
 def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     """Start the broker unless it already runs, and wait until it answers."""
     say = (lambda *_: None) if quiet else print
@@ -160,40 +172,24 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                 f"stop it or choose another port (local_broker.port / local_broker.controller_port "
                 f"in {conf.source})"
             )
-    jars = kafka_jars(b.version)
     for d in (p["dir"], p["logs"], p["data"]):
         d.mkdir(parents=True, exist_ok=True)
     p["props"].write_text(_server_properties(conf, p["data"]))
     p["log4j"].write_text(LOG4J2)
-    classpath = f"{jars}/*"
+    jvm = [java, f"-Dlog4j2.configurationFile={p['log4j']}", f"-Dkafka.logs.dir={p['logs']}"]
+    jvm += ["-cp", f"{kafka_jars(b.version)}/*"]
     if current.pid is None:
         if not (p["data"] / "meta.properties").exists():
-            cluster_id = subprocess.run(
-                [java, "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
-                capture_output=True, text=True, check=True,
-            ).stdout.strip()  # fmt: skip
-            fmt = subprocess.run(
-                [java, "-cp", classpath, f"-Dlog4j2.configurationFile={p['log4j']}",
-                 f"-Dkafka.logs.dir={p['logs']}", "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(p["props"]), "--standalone"],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if fmt.returncode != 0:
-                raise LocalBrokerError(
-                    f"formatting Kafka storage in {p['data']} failed: "
-                    f"{(fmt.stderr or fmt.stdout).strip()[-800:]}"
-                )
+            _format_storage(jvm, p)
         say(
             f"kafka: starting Apache Kafka {b.version} (KRaft) at {_address(conf)}, data in {p['dir']}"
         )
+        heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+        cmd = [*jvm, *heap, "kafka.Kafka", str(p["props"])]
         with open(p["out"], "ab") as out:
             proc = subprocess.Popen(
-                [java, f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC",
-                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={p['log4j']}",
-                 f"-Dkafka.logs.dir={p['logs']}", "-cp", classpath, "kafka.Kafka", str(p["props"])],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )  # fmt: skip
+                cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True
+            )
         p["pid"].write_text(str(proc.pid))
         pid = proc.pid
     else:
@@ -223,12 +219,7 @@ def stop(conf: LakehouseConf, *, quiet: bool = False, timeout_s: float = 30) -> 
     if pid is None:
         say("kafka: not running")
         return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.2)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    terminate(pid, group=False, grace_s=timeout_s)
     _paths(conf)["pid"].unlink(missing_ok=True)
     say(f"kafka: stopped (pid {pid})")
 
@@ -238,6 +229,3 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"({path} is missing)"
-
-
-__all__ = ["BrokerStatus", "KafkaUnreachableError", "LocalBrokerError", "start", "status", "stop"]

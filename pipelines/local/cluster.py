@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,10 @@ import pyspark
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable
-from pipelines.local.processes import pid_alive
+from pipelines.local.processes import pid_alive, terminate
+
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
 
 
 class ClusterError(JobFailedError):
@@ -70,29 +72,34 @@ def status(conf: LakehouseConf) -> ClusterStatus:
     c = conf.cluster
     state = _master_state(conf)
     if state is None:
-        running = bool(_pids(conf))
-        detail = (f"master {c.master_url} does not answer on http://{c.host}:{c.master_webui_port}"
-                  + (" (processes are up: starting, or stuck; see logs in " + str(conf.cluster_dir) + ")" if running else ""))  # fmt: skip
+        up = f" (processes are up: starting, or stuck; see logs in {conf.cluster_dir})"
+        detail = f"master {c.master_url} does not answer on http://{c.host}:{c.master_webui_port}"
+        detail += up if _pids(conf) else ""
         return ClusterStatus(False, c.master_url, 0, 0, detail)
     alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
     cores = sum(int(w.get("cores", 0)) for w in alive)
-    detail = (f"master {c.master_url} ({state.get('status')}), {len(alive)} worker(s) alive, "
-              f"{cores} core(s), UI http://{c.host}:{c.master_webui_port}")  # fmt: skip
+    detail = (
+        f"master {c.master_url} ({state.get('status')}), {len(alive)} worker(s) alive, "
+        f"{cores} core(s), UI http://{c.host}:{c.master_webui_port}"
+    )
     return ClusterStatus(True, c.master_url, len(alive), cores, detail)
 
 
-def _launch(conf: LakehouseConf, name: str, main_class: str, args: list[str]) -> int:
+def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **options) -> None:
+    """Start a deploy class with `--option value` flags; its pid goes to `<name>.pid`."""
     d = conf.cluster_dir
-    log = open(d / f"{name}.out", "ab")
-    env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": conf.cluster.host, "SPARK_LOG_DIR": str(d),
-           # the launcher that builds executor command lines wants it (spark-class sets it)
-           "SPARK_SCALA_VERSION": "2.13"}  # fmt: skip
-    cmd = [java_executable(), "-Xmx512m", "-cp", f"{spark_home() / 'jars'}/*", main_class, *args]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d,
-                            start_new_session=True)  # fmt: skip
+    env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable}
+    env |= {"SPARK_LOCAL_IP": conf.cluster.host, "SPARK_LOG_DIR": str(d)}
+    # the launcher that builds executor command lines wants it (spark-class sets it)
+    env["SPARK_SCALA_VERSION"] = "2.13"
+    flags = [s for k, v in options.items() for s in (f"--{k.replace('_', '-')}", str(v))]
+    jars = f"{spark_home() / 'jars'}/*"
+    cmd = [java_executable(), "-Xmx512m", "-cp", jars, main_class, *flags, *args]
+    with open(d / f"{name}.out", "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True
+        )
     (d / f"{name}.pid").write_text(str(proc.pid))
-    return proc.pid
 
 
 def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
@@ -106,30 +113,30 @@ def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
     d = conf.cluster_dir
     d.mkdir(parents=True, exist_ok=True)
     pids = _pids(conf)
+    workers = [f"worker-{i}" for i in range(1, c.workers + 1)]
     if "master" not in pids:
-        _launch(conf, "master", "org.apache.spark.deploy.master.Master",
-                ["--host", c.host, "--port", str(c.master_port), "--webui-port", str(c.master_webui_port)])  # fmt: skip
-    for i in range(1, c.workers + 1):
-        if f"worker-{i}" not in pids:
-            work = d / f"worker-{i}"
-            work.mkdir(exist_ok=True)
-            _launch(conf, f"worker-{i}", "org.apache.spark.deploy.worker.Worker", [
-                "--host", c.host, "--cores", str(c.worker_cores), "--memory", c.worker_memory,
-                "--work-dir", str(work), "--webui-port", "0", c.master_url])  # fmt: skip
+        ports = {"port": c.master_port, "webui_port": c.master_webui_port}
+        _launch(conf, "master", MASTER, host=c.host, **ports)
+    for name in [w for w in workers if w not in pids]:
+        (d / name).mkdir(exist_ok=True)
+        sizes = {"cores": c.worker_cores, "memory": c.worker_memory, "work_dir": d / name}
+        _launch(conf, name, WORKER, c.master_url, host=c.host, **sizes, webui_port=0)
     deadline = time.monotonic() + c.start_timeout_s
     while True:
         st = status(conf)
         if st.running and st.alive_workers >= c.workers:
             break
-        dead = [n for n in ("master", *(f"worker-{i}" for i in range(1, c.workers + 1)))
-                if n not in _pids(conf)]  # fmt: skip
+        alive = _pids(conf)
+        dead = [n for n in ("master", *workers) if n not in alive]
         if dead or time.monotonic() > deadline:
             out = d / f"{dead[0] if dead else 'master'}.out"
             tail = out.read_text(errors="replace").splitlines()[-5:] if out.exists() else []
             why = f"{', '.join(dead)} exited" if dead else f"not ready after {c.start_timeout_s}s"
             stop(conf, quiet=True)
-            raise ClusterError(f"standalone cluster {c.master_url}: {why} ({st.detail}); "
-                               f"last lines of {out}:\n" + "\n".join(tail))  # fmt: skip
+            raise ClusterError(
+                f"standalone cluster {c.master_url}: {why} ({st.detail}); "
+                f"last lines of {out}:\n" + "\n".join(tail)
+            )
         time.sleep(0.5)
     if not quiet:
         print(f"cluster: {st.detail}")
@@ -140,15 +147,7 @@ def stop(conf: LakehouseConf, quiet: bool = False) -> None:
     """Stop the workers, then the master (idempotent)."""
     pids = _pids(conf)
     for name in sorted(pids, key=lambda n: n == "master"):
-        try:
-            os.killpg(pids[name], signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 30
-    while _pids(conf) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in _pids(conf).values():
-        os.killpg(pid, signal.SIGKILL)
+        terminate(pids[name], group=True, grace_s=30)
     for f in conf.cluster_dir.glob("*.pid") if conf.cluster_dir.exists() else []:
         f.unlink(missing_ok=True)
     if not quiet:

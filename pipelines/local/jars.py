@@ -5,21 +5,31 @@ Two sets:
   pyspark already ships, so no second copy of a library lands on the classpath;
 - the Apache Kafka broker and its tools, run by `lakehouse kafka start`.
 
+Every retrieved jar must have the SHA-256 recorded in `pipelines/resources/jars.sha256`, whatever
+repository it came from. After a deliberate version change, re-record them (and review the diff):
+
+    python -m pipelines.local.jars --record
+
 `LAKEHOUSE_MAVEN_REPO` points the resolver at another Maven repository (a mirror or a proxy).
 """
 
 from __future__ import annotations
 
+import argparse
+import fcntl
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
 
 from pipelines.config import REPO_ROOT
-from pipelines.errors import UnreachableError
+from pipelines.errors import UnreachableError, exit_on_known_errors
 
 DELTA_VERSION = "4.4.0"
 SPARK_VERSION = pyspark.__version__
@@ -28,11 +38,14 @@ SPARK_PACKAGES = (
     f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}:{DELTA_VERSION}",
     f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK_VERSION}",
 )
+SPARK_FOLDER = f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
+CHECKSUMS = Path(__file__).resolve().parent.parent / "resources" / "jars.sha256"
+RECORD_COMMAND = "python -m pipelines.local.jars --record"
 
 
 class JarResolutionError(UnreachableError):
-    """Ivy could not fetch a jar; the message names the artifact and the repository."""
+    """Ivy could not fetch a jar, or a jar is not the one recorded; the message names it."""
 
 
 def home() -> Path:
@@ -70,13 +83,83 @@ def _artifact_name(jar: str) -> str:
     return re.sub(r"-\d[\w.\-]*\.jar$", "", name)
 
 
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _recorded(folder: str) -> dict[str, str]:
+    """`folder/name.jar` -> SHA-256 for one folder's jars, as committed in jars.sha256."""
+    lines = CHECKSUMS.read_text().splitlines() if CHECKSUMS.exists() else []
+    pairs = (line.split() for line in lines if line.strip() and not line.startswith("#"))
+    return {name: digest for digest, name in pairs if name.split("/")[0] == folder}
+
+
+def _verify(target: Path, expected: dict[str, str]) -> None:
+    """Every jar in `target` has its recorded SHA-256; none is missing, none is unexpected."""
+    actual = {f"{target.name}/{j.name}": _sha256(j) for j in target.glob("*.jar")}
+    wrong = [
+        f"  {name}: expected {expected.get(name, 'no jar (not recorded)')}, "
+        f"got {actual.get(name, 'no jar (missing)')}"
+        for name in sorted(expected.keys() | actual.keys())
+        if expected.get(name) != actual.get(name)
+    ]
+    if wrong:
+        raise JarResolutionError(
+            f"{len(wrong)} jar(s) do not match the checksums recorded in {CHECKSUMS}:\n"
+            + "\n".join(wrong)
+            + f"\nif the versions changed on purpose, re-record them with `{RECORD_COMMAND}`"
+        )
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (fcntl.flock, released if the process dies)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lakehouse.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _resolve(
-    module: str, dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]
+    module: str,
+    dependencies: list[tuple[str, str, str]],
+    target: Path,
+    excludes: list[str],
+    *,
+    verify: bool = True,
 ) -> list[Path]:
+    """Retrieve the jars into `target`, then check them against the recorded checksums.
+
+    The marker holds what was verified (the dependencies and the recorded checksums), so a
+    changed checksum file resolves and verifies again; `verify=False` is for recording.
+    """
+    expected = _recorded(target.name)
+    if verify and not expected:
+        raise JarResolutionError(
+            f"no checksums recorded for {target.name} in {CHECKSUMS}: after a deliberate "
+            f"version change, re-record them with `{RECORD_COMMAND}` and review the diff"
+        )
     marker = target.parent / f".{target.name}.resolved"
-    wanted = "\n".join(":".join(d) for d in dependencies)
-    if marker.exists() and marker.read_text() == wanted:
-        return sorted(target.glob("*.jar"))
+    wanted = "\n".join(
+        [":".join(d) for d in dependencies] + [f"{h}  {n}" for n, h in sorted(expected.items())]
+    )
+    # One resolution at a time: Ivy's `-sync` deletes what it did not fetch itself, so a second
+    # process resolving at once (a set-up next to a test run) would lose its jars.
+    with _locked(target.parent):
+        if verify and marker.exists() and marker.read_text() == wanted:
+            return sorted(target.glob("*.jar"))
+        marker.unlink(missing_ok=True)
+        _retrieve(module, dependencies, target, excludes)
+        if verify:
+            _verify(target, expected)
+            marker.write_text(wanted)
+    return sorted(target.glob("*.jar"))
+
+
+def _retrieve(
+    module: str, dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]
+) -> None:
     target.mkdir(parents=True, exist_ok=True)
     repo = os.environ.get("LAKEHOUSE_MAVEN_REPO", DEFAULT_REPO)
     work = target.parent / f".{target.name}.ivy"
@@ -105,18 +188,27 @@ def _resolve(
 """
     )
     cache = Path(os.environ.get("LAKEHOUSE_IVY_CACHE", Path.home() / ".cache/lakehouse/ivy"))
+    cmd = [
+        java_executable(),
+        "-jar",
+        str(_ivy_jar()),
+        "-settings",
+        str(work / "ivysettings.xml"),
+        "-cache",
+        str(cache),
+        "-ivy",
+        str(work / "ivy.xml"),
+        "-confs",
+        "default",
+        "-retrieve",
+        str(target / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
+        "-sync",
+    ]
     for old in target.glob("*.jar"):
         old.unlink()
-    cmd = [
-        java_executable(), "-jar", str(_ivy_jar()),
-        "-settings", str(work / "ivysettings.xml"),
-        "-cache", str(cache),
-        "-ivy", str(work / "ivy.xml"),
-        "-confs", "default",
-        "-retrieve", str(target / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
-        "-sync",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # Other checkouts share the Ivy cache, and Ivy keeps its resolution report there.
+    with _locked(cache):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     (work / "resolve.log").write_text(log)
     unresolved = re.findall(r"::\s+(\S+#\S+;\S+): (not found|.*)", log)
@@ -126,13 +218,11 @@ def _resolve(
             f"could not fetch {what} from {repo} (log: {work / 'resolve.log'}); "
             "set LAKEHOUSE_MAVEN_REPO to a reachable Maven repository"
         )
-    marker.write_text(wanted)
-    return sorted(target.glob("*.jar"))
 
 
-def spark_jars() -> list[Path]:
+def spark_jars(*, verify: bool = True) -> list[Path]:
     """Delta and the Kafka source with their dependencies, minus what pyspark already has."""
-    target = home() / "jars" / f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
+    target = home() / "jars" / SPARK_FOLDER
     deps = [tuple(p.split(":")) for p in SPARK_PACKAGES]
     excludes = [
         '    <exclude org="org.apache.spark" module="spark-core_2.13"/>',
@@ -142,12 +232,12 @@ def spark_jars() -> list[Path]:
         '    <exclude org="org.slf4j"/>',
         '    <exclude org="org.apache.hadoop"/>',
     ]
-    jars = _resolve("spark-extras", deps, target, excludes)  # type: ignore[arg-type]
+    jars = _resolve("spark-extras", deps, target, excludes, verify=verify)  # type: ignore[arg-type]
     shipped = {_artifact_name(j.name) for j in _pyspark_jars().glob("*.jar")}
     return [j for j in jars if _artifact_name(j.name) not in shipped]
 
 
-def kafka_jars(version: str) -> Path:
+def kafka_jars(version: str, *, verify: bool = True) -> Path:
     """A folder with the Kafka broker and its tools (ConsumerPerformance among them)."""
     target = home() / "jars" / f"kafka-{version}"
     deps = [
@@ -155,12 +245,28 @@ def kafka_jars(version: str) -> Path:
         ("org.apache.kafka", "kafka-tools", version),
         ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"),
     ]
-    _resolve(f"kafka-{version}", deps, target, [])
+    _resolve(f"kafka-{version}", deps, target, [], verify=verify)
     return target
 
 
+def record() -> None:
+    """Resolve both sets unchecked and write every jar's SHA-256 to jars.sha256."""
+    from pipelines.config import LocalBrokerConf
+
+    spark_jars(verify=False)
+    folders = [home() / "jars" / SPARK_FOLDER, kafka_jars(LocalBrokerConf().version, verify=False)]
+    lines = [
+        f"{_sha256(jar)}  {folder.name}/{jar.name}"
+        for folder in folders
+        for jar in sorted(folder.glob("*.jar"))
+    ]
+    header = f"# SHA-256 of every jar Ivy retrieves; re-record with `{RECORD_COMMAND}`.\n"
+    CHECKSUMS.write_text(header + "\n".join(lines) + "\n")
+    print(f"recorded {len(lines)} jars in {CHECKSUMS}; review the diff before committing it")
+
+
 def main() -> None:
-    """Fetch everything up front (used by the set-up script)."""
+    """Fetch and verify everything up front (used by the set-up script)."""
     jars = spark_jars()
     print(f"spark extras: {len(jars)} jars in {jars[0].parent}")
     from pipelines.config import LocalBrokerConf
@@ -170,4 +276,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description="Fetch and verify the JVM jars.")
+    parser.add_argument(
+        "--record", action="store_true", help="write the jars' checksums to jars.sha256"
+    )
+    with exit_on_known_errors():
+        if parser.parse_args().record:
+            record()
+        else:
+            main()

@@ -1,8 +1,11 @@
-"""Processes this project starts and tracks by pid file (the local broker, the cluster)."""
+"""Processes this project starts and tracks: is one alive, and how to stop one."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -19,3 +22,35 @@ def pid_alive(pid: int) -> bool:
         return stat.split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _reap(pid: int) -> int | None:
+    """Our own child's exit code once it has ended (collected: no zombie stays), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child, or collected already
+        return None
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def terminate(
+    pid: int, *, group: bool, grace_s: float, on_kill: Callable[[], None] | None = None
+) -> int | None:
+    """SIGTERM the process (or its group), SIGKILL it if it still runs after `grace_s`.
+
+    Returns our own child's exit code (it is reaped here, so a Popen would only see 0), else None.
+    """
+    kill = os.killpg if group else os.kill
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        if sig == signal.SIGKILL and on_kill:
+            on_kill()
+        try:
+            kill(pid, sig)
+        except ProcessLookupError:
+            return _reap(pid)
+        deadline = time.monotonic() + wait_s
+        while (code := _reap(pid)) is None and pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if code is not None or not pid_alive(pid):
+            return code
+    return None

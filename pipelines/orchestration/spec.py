@@ -14,22 +14,34 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from pipelines.errors import ConfigError
 
-RUN_IF = ("ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE", "AT_LEAST_ONE_FAILED",
-          "ALL_FAILED")  # fmt: skip
-JOB_KEYS = {"name", "description", "tasks", "job_clusters", "parameters", "timeout_seconds",
-            "max_concurrent_runs", "tags", "email_notifications", "format", "continuous"}  # fmt: skip
-TASK_KEYS = {"task_key", "description", "depends_on", "spark_python_task", "job_cluster_key",
-             "existing_cluster_id", "new_cluster", "max_retries", "min_retry_interval_millis",
-             "retry_on_timeout", "timeout_seconds", "run_if", "libraries"}  # fmt: skip
-CLUSTER_KEYS = {"spark_version", "spark_conf", "spark_env_vars", "num_workers", "node_type_id",
-                "driver_node_type_id", "custom_tags", "autoscale"}  # fmt: skip
+JOB_KEYS = {"name", "description", "tasks", "job_clusters", "parameters", "timeout_seconds"}
+JOB_KEYS |= {"max_concurrent_runs", "tags", "email_notifications", "format", "continuous"}
+TASK_KEYS = {"task_key", "description", "depends_on", "spark_python_task", "job_cluster_key"}
+TASK_KEYS |= {"existing_cluster_id", "new_cluster", "max_retries", "min_retry_interval_millis"}
+TASK_KEYS |= {"retry_on_timeout", "timeout_seconds", "run_if", "libraries"}
+CLUSTER_KEYS = {"spark_version", "spark_conf", "spark_env_vars", "num_workers", "node_type_id"}
+CLUSTER_KEYS |= {"driver_node_type_id", "custom_tags", "autoscale"}
 REFERENCE = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
+BUILTIN_REFERENCES = ("job.run_id", "job.name", "task.name", "task.attempt")
+
+
+class RunIf(StrEnum):
+    """When a task runs, given the final states of the tasks it depends on."""
+
+    ALL_SUCCESS = "ALL_SUCCESS"
+    AT_LEAST_ONE_SUCCESS = "AT_LEAST_ONE_SUCCESS"
+    NONE_FAILED = "NONE_FAILED"
+    ALL_DONE = "ALL_DONE"
+    AT_LEAST_ONE_FAILED = "AT_LEAST_ONE_FAILED"
+    ALL_FAILED = "ALL_FAILED"
 
 
 class InvalidJobSpecError(ConfigError):
@@ -49,7 +61,7 @@ class Task:
     python_file: Path
     parameters: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
-    run_if: str = "ALL_SUCCESS"
+    run_if: RunIf = RunIf.ALL_SUCCESS
     max_retries: int = 0  # -1: retry for ever (a continuous task)
     min_retry_interval_ms: int = 0
     retry_on_timeout: bool = False
@@ -64,31 +76,6 @@ class JobSpec:
     tasks: tuple[Task, ...]
     parameters: dict[str, str] = field(default_factory=dict)
     timeout_seconds: int = 0
-
-    def task(self, key: str) -> Task:
-        return next(t for t in self.tasks if t.key == key)
-
-
-def _int(problems: list[str], where: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        problems.append(f"{where}: expected an integer >= {minimum}, got {value!r}")
-        return minimum
-    return value
-
-
-def _unknown(problems: list[str], where: str, data: dict, known: set[str]) -> None:
-    for k in sorted(set(data) - known):
-        problems.append(f"{where}.{k}: unknown key (known: {', '.join(sorted(known))})")
-
-
-def _cluster(problems: list[str], where: str, spec: dict) -> Cluster:
-    if not isinstance(spec, dict):
-        problems.append(f"{where}: expected a mapping")
-        return Cluster()
-    _unknown(problems, where, spec, CLUSTER_KEYS)
-    conf = {str(k): str(v) for k, v in (spec.get("spark_conf") or {}).items()}
-    env = {str(k): str(v) for k, v in (spec.get("spark_env_vars") or {}).items()}
-    return Cluster(master=conf.pop("spark.master", None), spark_conf=conf, env=env)
 
 
 def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
@@ -114,118 +101,167 @@ def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
     return None
 
 
-def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec:
-    """Read and check a spec; raise InvalidJobSpecError listing every problem."""
-    source = Path(path)
+def _read_mapping(source: Path) -> dict:
+    """The spec file's top-level mapping; a missing or unparseable file stops here."""
     if not source.is_file():
         raise InvalidJobSpecError(f"job spec {source} does not exist")
     text = source.read_text()
     try:
         data = json.loads(text) if source.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:
-        raise InvalidJobSpecError(
-            f"job spec {source} is not valid {source.suffix[1:].upper()}: {e}"
-        ) from None
+        kind = source.suffix[1:].upper()
+        raise InvalidJobSpecError(f"job spec {source} is not valid {kind}: {e}") from None
     if not isinstance(data, dict):
         raise InvalidJobSpecError(f"job spec {source}: expected a mapping at the top level")
-    root = project_root or Path.cwd()
-    problems: list[str] = []
-    _unknown(problems, "job", data, JOB_KEYS)
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
-        problems.append("job.name: required, a non-empty string")
-    clusters: dict[str, Cluster] = {}
-    for i, jc in enumerate(data.get("job_clusters") or []):
-        key = jc.get("job_cluster_key") if isinstance(jc, dict) else None
-        if not key:
-            problems.append(f"job_clusters[{i}].job_cluster_key: required")
-            continue
-        clusters[key] = _cluster(
-            problems, f"job_clusters[{key}].new_cluster", jc.get("new_cluster") or {}
-        )
-    parameters = {}
-    for i, p in enumerate(data.get("parameters") or []):
-        if not isinstance(p, dict) or "name" not in p:
-            problems.append(f"parameters[{i}]: expected {{name, default}}")
-            continue
-        parameters[str(p["name"])] = str(p.get("default", ""))
-    raw_tasks = data.get("tasks")
-    if not isinstance(raw_tasks, list) or not raw_tasks:
-        problems.append("job.tasks: required, a non-empty list")
-        raw_tasks = []
-    tasks: list[Task] = []
-    keys = [t.get("task_key") for t in raw_tasks if isinstance(t, dict)]
-    for i, t in enumerate(raw_tasks):
+    return data
+
+
+class _SpecReader:
+    """Reads a spec's parts, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, data: dict, root: Path) -> None:
+        self.data, self.root = data, root
+        self.problems: list[str] = []
+        self.unknown("job", data, JOB_KEYS)
+        self.clusters = self._job_clusters()
+        self.parameters = self._parameters()
+
+    def integer(self, data: dict, where: str, key: str, minimum: int) -> int:
+        value = data.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.problems.append(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+            return minimum
+        return value
+
+    def unknown(self, where: str, data: dict, known: set[str]) -> None:
+        for k in sorted(set(data) - known):
+            self.problems.append(f"{where}.{k}: unknown key (known: {', '.join(sorted(known))})")
+
+    def cluster(self, where: str, spec: Any) -> Cluster:
+        if not isinstance(spec, dict):
+            self.problems.append(f"{where}: expected a mapping")
+            return Cluster()
+        self.unknown(where, spec, CLUSTER_KEYS)
+        conf = {str(k): str(v) for k, v in (spec.get("spark_conf") or {}).items()}
+        env = {str(k): str(v) for k, v in (spec.get("spark_env_vars") or {}).items()}
+        return Cluster(master=conf.pop("spark.master", None), spark_conf=conf, env=env)
+
+    def _job_clusters(self) -> dict[str, Cluster]:
+        clusters = {}
+        for i, jc in enumerate(self.data.get("job_clusters") or []):
+            key = jc.get("job_cluster_key") if isinstance(jc, dict) else None
+            if not key:
+                self.problems.append(f"job_clusters[{i}].job_cluster_key: required")
+                continue
+            where = f"job_clusters[{key}].new_cluster"
+            clusters[key] = self.cluster(where, jc.get("new_cluster") or {})
+        return clusters
+
+    def _parameters(self) -> dict[str, str]:
+        parameters = {}
+        for i, p in enumerate(self.data.get("parameters") or []):
+            if not isinstance(p, dict) or "name" not in p:
+                self.problems.append(f"parameters[{i}]: expected {{name, default}}")
+                continue
+            parameters[str(p["name"])] = str(p.get("default", ""))
+        return parameters
+
+    def tasks(self) -> list[Task]:
+        raw = self.data.get("tasks")
+        if not isinstance(raw, list) or not raw:
+            self.problems.append("job.tasks: required, a non-empty list")
+            return []
+        keys = [t.get("task_key") if isinstance(t, dict) else None for t in raw]
+        return [task for i, t in enumerate(raw) if (task := self._task(i, t, keys))]
+
+    def _task(self, i: int, t: Any, keys: list) -> Task | None:
         if not isinstance(t, dict) or not isinstance(t.get("task_key"), str) or not t["task_key"]:
-            problems.append(f"tasks[{i}].task_key: required, a non-empty string")
-            continue
+            self.problems.append(f"tasks[{i}].task_key: required, a non-empty string")
+            return None
         key = t["task_key"]
         where = f"tasks[{key}]"
         if keys.count(key) > 1 and keys.index(key) == i:
-            problems.append(f"{where}: task_key used {keys.count(key)} times")
-        _unknown(problems, where, t, TASK_KEYS)
+            self.problems.append(f"{where}: task_key used {keys.count(key)} times")
+        self.unknown(where, t, TASK_KEYS)
+        deps = tuple(self._depends_on(where, t, keys))
+        run_if = t.get("run_if", RunIf.ALL_SUCCESS)
+        if run_if not in list(RunIf):
+            self.problems.append(f"{where}.run_if: {run_if!r} is not one of {', '.join(RunIf)}")
+            run_if = RunIf.ALL_SUCCESS
+        if (python_task := self._python_task(where, t.get("spark_python_task"))) is None:
+            return None
+        return Task(
+            key,
+            *python_task,
+            depends_on=deps,
+            run_if=RunIf(run_if),
+            max_retries=self.integer(t, where, "max_retries", -1),
+            min_retry_interval_ms=self.integer(t, where, "min_retry_interval_millis", 0),
+            retry_on_timeout=bool(t.get("retry_on_timeout", False)),
+            timeout_seconds=self.integer(t, where, "timeout_seconds", 0),
+            cluster=self._task_cluster(where, t),
+        )
+
+    def _depends_on(self, where: str, t: dict, keys: list) -> list[str]:
         deps = []
         for d in t.get("depends_on") or []:
             dep = d.get("task_key") if isinstance(d, dict) else None
-            if dep not in keys:
-                problems.append(f"{where}.depends_on: unknown task_key {dep!r}")
-            else:
+            if dep in keys:
                 deps.append(dep)
-        run_if = t.get("run_if", "ALL_SUCCESS")
-        if run_if not in RUN_IF:
-            problems.append(f"{where}.run_if: {run_if!r} is not one of {', '.join(RUN_IF)}")
-        task_py = t.get("spark_python_task")
-        if not isinstance(task_py, dict) or not task_py.get("python_file"):
-            problems.append(f"{where}.spark_python_task.python_file: required")
-            continue
-        python_file = Path(task_py["python_file"])
-        if not python_file.is_absolute():
-            python_file = root / python_file
+            else:
+                self.problems.append(f"{where}.depends_on: unknown task_key {dep!r}")
+        return deps
+
+    def _python_task(self, where: str, spec: Any) -> tuple[Path, tuple[str, ...]] | None:
+        where = f"{where}.spark_python_task"
+        if not isinstance(spec, dict) or not spec.get("python_file"):
+            self.problems.append(f"{where}.python_file: required")
+            return None
+        python_file = self.root / spec["python_file"]  # an absolute path stays as it is
         if not python_file.is_file():
-            problems.append(f"{where}.spark_python_task.python_file: {python_file} does not exist")
-        params = task_py.get("parameters") or []
+            self.problems.append(f"{where}.python_file: {python_file} does not exist")
+        params = spec.get("parameters") or []
         if not isinstance(params, list):
-            problems.append(f"{where}.spark_python_task.parameters: expected a list of strings")
+            self.problems.append(f"{where}.parameters: expected a list of strings")
             params = []
         for ref in REFERENCE.findall(" ".join(map(str, params))):
-            known = ref in ("job.run_id", "job.name", "task.name", "task.attempt") or (
-                ref.startswith("job.parameters.") and ref.split(".", 2)[2] in parameters
-            )
-            if not known:
-                problems.append(
-                    f"{where}.spark_python_task.parameters: unknown reference {{{{{ref}}}}}"
-                )
-        if "job_cluster_key" in t and t["job_cluster_key"] not in clusters:
-            problems.append(f"{where}.job_cluster_key: unknown cluster {t['job_cluster_key']!r}")
-        cluster = clusters.get(t.get("job_cluster_key"), Cluster())
+            name = ref.removeprefix("job.parameters.")
+            if ref not in BUILTIN_REFERENCES and (name == ref or name not in self.parameters):
+                self.problems.append(f"{where}.parameters: unknown reference {{{{{ref}}}}}")
+        return python_file, tuple(map(str, params))
+
+    def _task_cluster(self, where: str, t: dict) -> Cluster:
+        key = t.get("job_cluster_key")
+        if "job_cluster_key" in t and key not in self.clusters:
+            self.problems.append(f"{where}.job_cluster_key: unknown cluster {key!r}")
+        cluster = self.clusters.get(key, Cluster())
         if "new_cluster" in t:
-            cluster = _cluster(problems, f"{where}.new_cluster", t["new_cluster"])
+            cluster = self.cluster(f"{where}.new_cluster", t["new_cluster"])
         if "existing_cluster_id" in t:
             cluster = Cluster(master=str(t["existing_cluster_id"]))
-        tasks.append(Task(
-            key=key, python_file=python_file, parameters=tuple(str(p) for p in params),
-            depends_on=tuple(deps), run_if=run_if,
-            max_retries=_int(problems, f"{where}.max_retries", t.get("max_retries", 0), -1),
-            min_retry_interval_ms=_int(problems, f"{where}.min_retry_interval_millis",
-                                       t.get("min_retry_interval_millis", 0), 0),
-            retry_on_timeout=bool(t.get("retry_on_timeout", False)),
-            timeout_seconds=_int(problems, f"{where}.timeout_seconds", t.get("timeout_seconds", 0), 0),
-            cluster=cluster,
-        ))  # fmt: skip
+        return cluster
+
+
+def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec:
+    """Read and check a spec; raise InvalidJobSpecError listing every problem."""
+    source = Path(path)
+    reader = _SpecReader(_read_mapping(source), project_root or Path.cwd())
+    data, problems = reader.data, reader.problems
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append("job.name: required, a non-empty string")
+    tasks = reader.tasks()
     deps: dict[str, tuple[str, ...]] = {}
     for t in tasks:
-        deps.setdefault(t.key, t.depends_on)
-    cycle = find_cycle(deps)
-    if cycle:
+        deps.setdefault(t.key, t.depends_on)  # a duplicate key is reported already
+    if cycle := find_cycle(deps):
         problems.append(f"tasks: dependency cycle {' -> '.join(cycle)}")
-    timeout = _int(problems, "job.timeout_seconds", data.get("timeout_seconds", 0), 0)
+    timeout = reader.integer(data, "job", "timeout_seconds", 0)
     if problems:
-        raise InvalidJobSpecError(
-            f"job spec {source} is invalid ({len(problems)} problem{'s' * (len(problems) > 1)}):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
-    return JobSpec(name=name, source=source, tasks=tuple(tasks), parameters=parameters,
-                   timeout_seconds=timeout)  # fmt: skip
+        count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
+    return JobSpec(name, source, tuple(tasks), reader.parameters, timeout)
 
 
 def resolve(value: str, refs: dict[str, str]) -> str:

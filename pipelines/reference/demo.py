@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 
 from pyspark.sql import functions as F
 
@@ -26,94 +27,125 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     """
     broker.start(conf)
     stream = conf.stream(conf.producer.stream)
-    plan = generate_orders_stream(with_every_twist(
-        orders=orders or conf.producer.orders, seed=conf.producer.seed,
-        partitions=stream.partitions, events_per_second=2.0))  # fmt: skip
+    plan = generate_orders_stream(
+        with_every_twist(
+            orders=orders or conf.producer.orders,
+            seed=conf.producer.seed,
+            partitions=stream.partitions,
+            events_per_second=2.0,
+        )
+    )
     spark = build_spark(conf, app_name="lakehouse-demo")
     seed_dimensions(spark, conf)
-    seconds = {"bronze": 0.0, "silver": 0.0, "gold": 0.0}
+    counts, seconds = _run_rounds(spark, conf, plan, rounds)
+    print("\n=== lakehouse demo: summary ===")
+    print(f"produced this run   {counts['records']:>10,} records to {stream.topic}")
+    for k, v in counts.items():
+        if k != "records" and v:
+            print(f"  {k:<30} {v:>8,}")
+    records = counts["records"]
+    _bronze_summary(spark, conf, stream)
+    print(
+        f"bronze runs         {seconds['bronze']:>10.1f} s ({records / seconds['bronze']:,.0f} "
+        f"records/s, {rounds} rounds, start-up included)"
+    )
+    events = _silver_summary(spark, conf, stream)
+    print(
+        f"silver runs         {seconds['silver']:>10.1f} s ({records / seconds['silver']:,.0f} records/s)"
+    )
+    _gold_summary(spark, conf)
+    print(
+        f"gold runs           {seconds['gold']:>10.1f} s ({events / seconds['gold']:,.0f} events/s)"
+    )
+    _quality_summary(spark, conf)
+
+
+def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, rounds: int):
+    """Produce the plan in `rounds` parts, each followed by bronze, silver and gold `--once`."""
+    stream_name = conf.producer.stream
+    layers = {
+        "bronze": lambda: run_bronze(spark, conf, stream_name, once=True),
+        "silver": lambda: run_silver(spark, conf, stream_name, once=True),
+        "gold": lambda: run_gold(spark, conf, once=True),
+    }
+    seconds = dict.fromkeys(layers, 0.0)
+    counts: Counter[str] = Counter()
     records = plan.records
-    counts: dict[str, int] = {}
     for i in range(rounds):
         part = records[len(records) * i // rounds : len(records) * (i + 1) // rounds]
         print(f"\n--- round {i + 1}/{rounds}: {len(part):,} records ---", file=sys.stderr)
-        report = produce_plan(conf, StreamPlan(plan.options, part), stream.topic, track=False)
-        for k, v in report.counts.items():
-            counts[k] = counts.get(k, 0) + v
-        for layer, run in (("bronze", run_bronze), ("silver", run_silver), ("gold", run_gold)):
+        topic = conf.stream(stream_name).topic
+        counts.update(produce_plan(conf, StreamPlan(plan.options, part), topic, track=False).counts)
+        for layer, run in layers.items():
             started = time.monotonic()
-            if layer == "gold":
-                run(spark, conf, once=True)
-            else:
-                run(spark, conf, conf.producer.stream, once=True)
+            run()
             seconds[layer] += time.monotonic() - started
+    return dict(counts), seconds
+
+
+def _bronze_summary(spark, conf: LakehouseConf, stream) -> None:
     tables = bronze_tables(conf, stream)
     raw = spark.read.format("delta").load(tables.raw)
-    total = raw.count()
-    per_partition = {
-        r["partition"]: r["rows"]
-        for r in raw.groupBy("partition").agg(F.count("*").alias("rows")).collect()
-    }
-    gaps = spark.read.format("delta").load(tables.gaps).count()
-    out = sys.stdout
-    print("\n=== lakehouse demo: summary ===", file=out)
-    print(f"produced this run   {counts['records']:>10,} records to {stream.topic}", file=out)
-    for k, v in counts.items():
-        if k != "records" and v:
-            print(f"  {k:<30} {v:>8,}", file=out)
-    print(f"bronze/orders_raw   {total:>10,} rows  ({tables.raw})", file=out)
-    print(f"  per partition     {dict(sorted(per_partition.items()))}", file=out)
-    print(f"  retention gaps    {gaps:>10,}", file=out)
-    print(f"bronze runs         {seconds['bronze']:>10.1f} s ({counts['records'] / seconds['bronze']:,.0f} records/s, "
-          f"{rounds} rounds, start-up included)", file=out)  # fmt: skip
+    per_partition = {r["partition"]: r["count"] for r in raw.groupBy("partition").count().collect()}
+    print(f"bronze/orders_raw   {raw.count():>10,} rows  ({tables.raw})")
+    print(f"  per partition     {dict(sorted(per_partition.items()))}")
+    print(f"  retention gaps    {spark.read.format('delta').load(tables.gaps).count():>10,}")
+
+
+def _silver_summary(spark, conf: LakehouseConf, stream) -> int:
     st = silver_tables(conf, stream)
     events = spark.read.format("delta").load(st.events).count()
     orders = spark.read.format("delta").load(st.state)
     quarantine = spark.read.format("delta").load(st.quarantine)
-    print(f"silver/order_events {events:>10,} rows  (one per event_id)", file=out)
-    print(f"silver/orders       {orders.count():>10,} rows  (current state per order_id)", file=out)
+    print(f"silver/order_events {events:>10,} rows  (one per event_id)")
+    print(f"silver/orders       {orders.count():>10,} rows  (current state per order_id)")
     for r in orders.groupBy("status").count().orderBy("status").collect():
-        print(f"  status {r['status']:<12} {r['count']:>10,}", file=out)
-    print(f"silver/orders_quarantine {quarantine.count():>5,} rows; reasons:", file=out)
+        print(f"  status {r['status']:<12} {r['count']:>10,}")
+    print(f"silver/orders_quarantine {quarantine.count():>5,} rows; reasons:")
     reasons = (
         quarantine.select(F.regexp_replace("reason", r"(, got .*|: .*)$", "").alias("reason"))
-        .groupBy("reason").count().orderBy(F.desc("count"), "reason").collect()
-    )  # fmt: skip
+        .groupBy("reason")
+        .count()
+        .orderBy(F.desc("count"), "reason")
+        .collect()
+    )
     for r in reasons[:10]:
-        print(f"  {r['count']:>6,}  {r['reason']}", file=out)
+        print(f"  {r['count']:>6,}  {r['reason']}")
     if len(reasons) > 10:
         rest = sum(r["count"] for r in reasons[10:])
-        print(f"  {rest:>6,}  ... {len(reasons) - 10} more reasons", file=out)
-    print(
-        f"silver runs         {seconds['silver']:>10.1f} s ({counts['records'] / seconds['silver']:,.0f} records/s)",
-        file=out,
-    )
+        print(f"  {rest:>6,}  ... {len(reasons) - 10} more reasons")
+    return events
+
+
+def _gold_summary(spark, conf: LakehouseConf) -> None:
     gt = gold_tables(conf)
-    revenue = spark.read.format("delta").load(gt.revenue)
-    countries = spark.read.format("delta").load(gt.countries)
-    late = spark.read.format("delta").load(gt.late).count()
-    print(f"gold/revenue_by_category_1m {revenue.count():>6,} rows; top by revenue:", file=out)
+    revenue = spark.read.format("delta").load(gt.aggregates["gold/revenue_by_category_1m"])
+    countries = spark.read.format("delta").load(gt.aggregates["gold/orders_by_country_5m"])
+    print(f"gold/revenue_by_category_1m {revenue.count():>6,} rows; top by revenue:")
     for r in revenue.orderBy(F.desc("revenue"), "window_start").limit(5).collect():
-        print(f"  {r['window_start']:%H:%M} {r['category']:<12} {r['currency']} "
-              f"{r['paid_orders']:>3} orders {r['revenue']:>14,}", file=out)  # fmt: skip
-    print(f"gold/orders_by_country_5m   {countries.count():>6,} rows; top by value:", file=out)
+        print(
+            f"  {r['window_start']:%H:%M} {r['category']:<12} {r['currency']} "
+            f"{r['paid_orders']:>3} orders {r['revenue']:>14,}"
+        )
+    print(f"gold/orders_by_country_5m   {countries.count():>6,} rows; top by value:")
     for r in countries.orderBy(F.desc("order_value"), "window_start").limit(5).collect():
-        print(f"  {r['window_start']:%H:%M}-{r['window_end']:%H:%M} {r['country']:<8} "
-              f"{r['created_orders']:>3} orders {r['order_value']:>14,}", file=out)  # fmt: skip
-    print(
-        f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)", file=out
-    )
-    print(
-        f"gold runs           {seconds['gold']:>10.1f} s ({events / seconds['gold']:,.0f} events/s)",
-        file=out,
-    )
+        print(
+            f"  {r['window_start']:%H:%M}-{r['window_end']:%H:%M} {r['country']:<8} "
+            f"{r['created_orders']:>3} orders {r['order_value']:>14,}"
+        )
+    late = spark.read.format("delta").load(gt.late).count()
+    print(f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)")
+
+
+def _quality_summary(spark, conf: LakehouseConf) -> None:
     from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
     try:
         outcomes = run_quality(spark, conf)
         verdict = ", ".join(f"{o.suite} {'ok' if o.success else 'WARN'}" for o in outcomes)
-        print(f"quality             passed: {verdict}", file=out)
+        print(f"quality             passed: {verdict}")
     except QualityCheckFailedError as e:
-        print(f"quality             FAILED: {e}", file=out)
-    print(f"  results in {conf.table_path('quality/results')}, Data Docs in "
-          f"{conf.root / '_quality'}", file=out)  # fmt: skip
+        print(f"quality             FAILED: {e}")
+    print(
+        f"  results in {conf.table_path(conf.tables.quality_results)}, Data Docs in {conf.root / '_quality'}"
+    )

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-EVENT_TYPES = ("created", "paid", "shipped", "cancelled")
-CURRENCIES = ("EUR", "USD", "GBP")
+from silver.order_events import CURRENCIES, REQUIRED_FIELDS
+
 INVALID_KINDS = (
     "not_json",
     "not_object",
@@ -32,10 +32,6 @@ INVALID_KINDS = (
     "bad_event_time",
     "invalid_utf8",
 )
-REQUIRED_FIELDS = (
-    "event_id", "order_id", "seq", "event_type", "customer_id", "product_id",
-    "quantity", "unit_price", "currency", "event_time",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -233,20 +229,44 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
         value = encode_event(fields)
         null_key = rng.random() < opts.null_key_rate
         key = None if null_key else event["order_id"].encode()
-        partition = _partition_for(event["event_id"] if null_key else event["order_id"],
-                                   opts.partitions)  # fmt: skip
+        partition = _partition_for(
+            event["event_id"] if null_key else event["order_id"], opts.partitions
+        )
         headers = (("source", b"lakehouse-producer"),) if n % 3 else ()
         position = n + late_delay[n]
-        slots.append((position, 0, StreamRecord(key, value, partition, "event", event["event_id"],
-                                                late=late_delay[n] > 0, headers=headers)))  # fmt: skip
+        slots.append(
+            (
+                position,
+                0,
+                StreamRecord(
+                    key,
+                    value,
+                    partition,
+                    "event",
+                    event["event_id"],
+                    late=late_delay[n] > 0,
+                    headers=headers,
+                ),
+            )
+        )
         if rng.random() < opts.redelivery_rate:
             # a retry soon after, or a replay much later, maybe on another partition
-            later = position + (rng.randrange(1, 50) if rng.random() < 0.7
-                                else rng.randrange(50, max(51, len(emitted))))  # fmt: skip
+            later = position + (
+                rng.randrange(1, 50)
+                if rng.random() < 0.7
+                else rng.randrange(50, max(51, len(emitted)))
+            )
             other = rng.random() < 0.5
             part = (partition + 1) % opts.partitions if other else partition
-            slots.append((later, 1, StreamRecord(key, value, part, "redelivery",
-                                                 event["event_id"], headers=headers)))  # fmt: skip
+            slots.append(
+                (
+                    later,
+                    1,
+                    StreamRecord(
+                        key, value, part, "redelivery", event["event_id"], headers=headers
+                    ),
+                )
+            )
     invalid_count = round(len(emitted) * opts.invalid_rate)
     if opts.invalid_rate > 0:
         invalid_count = max(invalid_count, len(INVALID_KINDS))

@@ -67,7 +67,7 @@ def produce_plan(
 ) -> ProduceReport:
     """Send every record of `plan` in order; return what Kafka acknowledged, with offsets."""
     partitions = partitions or plan.options.partitions
-    ensure_topic(conf, topic, partitions, 1)
+    ensure_topic(conf, topic, partitions, conf.stream(conf.producer.stream).replication_factor)
     producer = Producer(producer_settings(conf))
     offsets: list[tuple[int, int] | None] = [None] * len(plan.records) if track else []
     errors: list[str] = []
@@ -88,9 +88,13 @@ def produce_plan(
         while True:
             try:
                 producer.produce(
-                    topic, value=rec.value, key=rec.key, partition=rec.partition,
-                    headers=list(rec.headers) or None, on_delivery=on_delivery(i),
-                )  # fmt: skip
+                    topic,
+                    value=rec.value,
+                    key=rec.key,
+                    partition=rec.partition,
+                    headers=list(rec.headers) or None,
+                    on_delivery=on_delivery(i),
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -114,11 +118,17 @@ def produce_plan(
     if track:
         for rec, po in zip(plan.records, offsets, strict=True):
             assert po is not None
-            delivered.append(DeliveredRecord(po[0], po[1], rec.key, rec.value, rec.kind,
-                                             rec.event_id, rec.late, rec.headers))  # fmt: skip
+            delivered.append(
+                DeliveredRecord(
+                    po[0], po[1], rec.key, rec.value, rec.kind, rec.event_id, rec.late, rec.headers
+                )
+            )
     if progress:
-        print(f"produce: {total:,} records to {topic} in {seconds:.1f}s "
-              f"({total / max(seconds, 1e-9):,.0f}/s)", file=sys.stderr)  # fmt: skip
+        print(
+            f"produce: {total:,} records to {topic} in {seconds:.1f}s "
+            f"({total / max(seconds, 1e-9):,.0f}/s)",
+            file=sys.stderr,
+        )
     return ProduceReport(topic, plan.counts(), seconds, delivered)
 
 
@@ -126,9 +136,17 @@ def write_manifest(report: ProduceReport, path: Path) -> None:
     """One JSON line per record (partition, offset, kind, event_id, key, value as latin-1 text)."""
     with path.open("w") as f:
         for d in report.delivered:
-            f.write(json.dumps({
-                "partition": d.partition, "offset": d.offset, "kind": d.kind,
-                "event_id": d.event_id, "late": d.late,
-                "key": None if d.key is None else d.key.decode("latin-1"),
-                "value": d.value.decode("latin-1"),
-            }) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "partition": d.partition,
+                        "offset": d.offset,
+                        "kind": d.kind,
+                        "event_id": d.event_id,
+                        "late": d.late,
+                        "key": None if d.key is None else d.key.decode("latin-1"),
+                        "value": d.value.decode("latin-1"),
+                    }
+                )
+                + "\n"
+            )

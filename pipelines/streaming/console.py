@@ -6,23 +6,33 @@ import json
 import sys
 
 
-def kafka_lag(latest: str | None, end: str | None) -> int | None:
-    """Offsets behind the newest record, summed over partitions, from a source's progress."""
-    if not latest or not end:
-        return None
+def kafka_lag_per_partition(latest: str | None, end: str | None) -> dict[str, int] | None:
+    """`topic-partition` -> offsets behind the newest record, from a Kafka source's progress."""
     try:
-        latest_o, end_o = json.loads(latest), json.loads(end)
+        latest_o, end_o = json.loads(latest or ""), json.loads(end or "")
     except (TypeError, ValueError):
         return None
     if not isinstance(latest_o, dict) or not isinstance(end_o, dict):
-        return None  # not a Kafka source (a Delta source reports other offsets)
-    lag = 0
+        return None
+    lags = {}
     for topic, parts in latest_o.items():
         if not isinstance(parts, dict):
-            return None
+            return None  # not a Kafka source: a Delta source reports other offsets
         for p, o in parts.items():
-            lag += max(0, int(o) - int(end_o.get(topic, {}).get(p, 0)))
-    return lag
+            lags[f"{topic}-{p}"] = max(0, int(o) - int(end_o.get(topic, {}).get(p, 0)))
+    return lags
+
+
+def kafka_lag(latest: str | None, end: str | None) -> int | None:
+    """Offsets behind the newest record, summed over partitions, from a source's progress."""
+    lags = kafka_lag_per_partition(latest, end)
+    return None if lags is None else sum(lags.values())
+
+
+def is_batch(progress) -> bool:
+    """True for a report of a micro-batch that ran; an idle trigger's report carries the next
+    batch's id and no `addBatch` duration."""
+    return "addBatch" in (progress.durationMs or {})
 
 
 class ConsoleProgress:
@@ -44,7 +54,7 @@ class ConsoleProgress:
         try:
             for p in query.recentProgress:
                 # an idle trigger reports the next batch's id with nothing done: not a batch
-                if p.batchId <= self.last_batch or "addBatch" not in (p.durationMs or {}):
+                if p.batchId <= self.last_batch or not is_batch(p):
                     continue
                 self.last_batch = p.batchId
                 self._print(p)

@@ -25,10 +25,15 @@ T = TypeVar("T")
 
 # In Python these are siblings, not subclasses of DeltaConcurrentModificationException: list all.
 WRITE_CONFLICTS = (
-    DeltaConcurrentModificationException, ConcurrentAppendException, ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException, ConcurrentTransactionException, ConcurrentWriteException,
-    MetadataChangedException, ProtocolChangedException,
-)  # fmt: skip
+    DeltaConcurrentModificationException,
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -56,8 +61,9 @@ def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -
             if attempt == attempts:
                 raise
             delay = 0.2 * 2**attempt
-            log.warning("%s: write conflict (%s), retry %d in %.1fs", what, type(e).__name__,
-                        attempt, delay)  # fmt: skip
+            log.warning(
+                "%s: write conflict (%s), retry %d in %.1fs", what, type(e).__name__, attempt, delay
+            )
             time.sleep(delay)
     raise AssertionError("unreachable")
 

@@ -13,13 +13,16 @@ import os
 import socket
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pyspark.sql import SparkSession
 
 from pipelines.config import LakehouseConf
+from pipelines.streaming.console import kafka_lag_per_partition
+from pipelines.streaming.delta import retry_on_conflict
+from pipelines.streaming.tables import Table, ensure_table
 
-QUERY_PROGRESS_SCHEMA = (
+SCHEMA = (
     "event_time timestamp, query_name string, query_id string, query_run_id string, "
     "batch_id bigint, input_rows bigint, input_rows_per_s double, processed_rows_per_s double, "
     "batch_duration_ms bigint, durations_ms map<string,bigint>, watermark string, "
@@ -29,21 +32,13 @@ QUERY_PROGRESS_SCHEMA = (
 )
 
 
-def kafka_lag_per_partition(latest: str | None, end: str | None) -> dict[str, int] | None:
-    """`topic-partition` -> offsets behind the newest record, from a Kafka source's progress."""
-    try:
-        latest_o, end_o = json.loads(latest or ""), json.loads(end or "")
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(latest_o, dict) or not isinstance(end_o, dict):
-        return None
-    lags = {}
-    for topic, parts in latest_o.items():
-        if not isinstance(parts, dict):
-            return None  # not a Kafka source: a Delta source reports other offsets
-        for p, o in parts.items():
-            lags[f"{topic}-{p}"] = max(0, int(o) - int(end_o.get(topic, {}).get(p, 0)))
-    return lags
+def declaration(conf: LakehouseConf) -> Table:
+    return Table(
+        name=conf.progress_table.table,
+        schema=SCHEMA,
+        partitioned_by=("event_date",),
+        properties={"delta.appendOnly": "true"},
+    )
 
 
 def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> dict:
@@ -83,7 +78,7 @@ def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> d
                 }
                 for s in p.sources
             ]
-        ),  # fmt: skip
+        ),
         "job_run_id": job_run_id,
         "task": task,
         "host": socket.gethostname(),
@@ -92,10 +87,10 @@ def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> d
 
 
 class ProgressTable:
-    """Buffers progress rows and appends them to the progress-table table."""
+    """Buffers progress rows and appends them to the progress table."""
 
     def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
-        self.spark = spark
+        self.spark, self.conf, self.created = spark, conf, False
         self.path = conf.table_path(conf.progress_table.table)
         self.interval = conf.progress_table.flush_interval_s
         self.rows: list[dict] = []
@@ -109,59 +104,27 @@ class ProgressTable:
         if time.monotonic() - self.last_flush >= self.interval:
             self.flush()
 
-    def ensure_table(self) -> None:
-        ensure_progress_table(self.spark, self.path)
-
     def flush(self) -> None:
         """Append the buffered rows; a failure is reported and the rows are kept for the next
         flush, never fatal to the job."""
-        from pipelines.streaming.delta import retry_on_conflict
-
         self.last_flush = time.monotonic()
         if not self.rows:
             return
         rows = self.rows
         try:
-            ensure_progress_table(self.spark, self.path)
-            df = self.spark.createDataFrame(rows, QUERY_PROGRESS_SCHEMA)
-            retry_on_conflict(lambda: df.write.format("delta").mode("append").save(self.path),
-                              what=self.path)  # fmt: skip
+            if not self.created:
+                self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
+            df = self.spark.createDataFrame(rows, SCHEMA)
+            retry_on_conflict(
+                lambda: df.write.format("delta").mode("append").save(self.path), what=self.path
+            )
             self.rows = self.rows[len(rows) :]
             self.written += len(rows)
-        except Exception as e:  # the log is a courtesy: a failed append must not stop a job
+        except Exception as e:  # progress is a courtesy: a failed append must not stop a job
             self.rows = self.rows[-10_000:]
-            print(f"progress table: could not append {len(rows)} rows to {self.path} (kept for the next "
-                  f"try): {str(e).splitlines()[0][:300]}", file=sys.stderr, flush=True)  # fmt: skip
-
-
-def is_batch(progress) -> bool:
-    """True for a report of a micro-batch that ran; an idle trigger's report carries the next
-    batch's id and no `addBatch` duration."""
-    return "addBatch" in (progress.durationMs or {})
-
-
-def ensure_progress_table(spark: SparkSession, path: str) -> None:
-    """Create the progress-table table if missing; several jobs starting at once may all try."""
-    from delta.tables import DeltaTable
-
-    from pipelines.streaming.delta import retry_on_conflict
-
-    if DeltaTable.isDeltaTable(spark, path):
-        return
-    schema = spark.createDataFrame([], QUERY_PROGRESS_SCHEMA).schema
-    retry_on_conflict(
-        lambda: DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-        .partitionedBy("event_date").property("delta.appendOnly", "true").execute(),
-        what=path,
-    )  # fmt: skip
-
-
-__all__ = [
-    "QUERY_PROGRESS_SCHEMA",
-    "ProgressTable",
-    "ensure_progress_table",
-    "is_batch",
-    "kafka_lag_per_partition",
-    "progress_row",
-    "UTC",
-]
+            print(
+                f"progress table: could not append {len(rows)} rows to {self.path} (kept for "
+                f"the next try): {str(e).splitlines()[0][:300]}",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import threading
 from collections.abc import Callable
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from pipelines.streaming.console import ConsoleProgress
-
-# Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
-STOPPING = threading.Event()
-
-
-class StopRequested(RuntimeError):
-    """Raised by a sink at the start of a micro-batch once a stop was requested: nothing of the
-    batch is written, and the restarted query runs it again."""
-
-
-def refuse_new_batch_when_stopping(batch_id: int) -> None:
-    """Call first in every foreachBatch sink: a graceful stop never leaves a batch half-written."""
-    if STOPPING.is_set():
-        raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
+from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError, LakehouseError
+from pipelines.streaming.console import ConsoleProgress, is_batch
+from pipelines.streaming.progress_table import ProgressTable
+from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
 
 def _jvm_ignores_sigterm() -> Callable[[], None]:
@@ -50,31 +40,32 @@ def _jvm_ignores_sigterm() -> Callable[[], None]:
     return lambda: jvm_signal.handle(term, previous)
 
 
-def progress_table_for(spark, conf):
-    """The progress table of this driver's queries, or None when `progress_table.enabled` is false."""
-    if not conf.progress_table.enabled:
-        return None
-    from pipelines.streaming.progress_table import ProgressTable
-
-    return ProgressTable(spark, conf)
+def progress_table_for(spark: SparkSession, conf: LakehouseConf) -> ProgressTable | None:
+    """Where this driver's queries record their progress, unless `progress_table.enabled` is off."""
+    return ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
 
 def run_query(
+    spark: SparkSession,
+    conf: LakehouseConf,
     start: Callable[[], StreamingQuery],
+    sink: IdempotentSink,
     *,
     name: str,
+    what: str,
     progress: bool,
-    explain: Callable[[StreamingQueryException], Exception],
-    progress_table=None,
+    explain: Callable[[StreamingQueryException], Exception | None] = lambda e: None,
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
     A signal stops the query between micro-batches, so nothing is half-written: the batch in
     flight finishes and commits, a batch starting after the signal writes nothing (its sink
-    refuses it), and the query is stopped only while no trigger is active. A failure is re-raised
-    as the readable error that `explain` makes of it. Returns the finished query.
+    refuses it), and the query is stopped only while no trigger is active. A failure raised in
+    the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
+    (or the error `explain` makes of it). Returns the finished query.
     """
     console = ConsoleProgress(name) if progress else None
+    progress_table = progress_table_for(spark, conf)
     logged = -1
 
     def report(query: StreamingQuery) -> None:
@@ -82,8 +73,6 @@ def run_query(
         if console:
             console.update(query)
         if progress_table is not None:
-            from pipelines.streaming.progress_table import is_batch
-
             for p in query.recentProgress:
                 if p.batchId > logged and is_batch(p):
                     logged = p.batchId
@@ -92,8 +81,11 @@ def run_query(
     stop_requested = threading.Event()
 
     def request_stop(signum, _frame):
-        print(f"{name}: {signal.Signals(signum).name} received, stopping after the current batch",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{name}: {signal.Signals(signum).name} received, stopping after the current batch",
+            file=sys.stderr,
+            flush=True,
+        )
         STOPPING.set()
         stop_requested.set()
 
@@ -120,16 +112,21 @@ def run_query(
             query.stop()
         try:
             query.awaitTermination()
-        except StreamingQueryException as e:
-            if not (STOPPING.is_set() and "StopRequested" in str(e)):
+        except StreamingQueryException:
+            if not isinstance(sink.failure, StopRequested):
                 raise
         report(query)
         if console:
-            print(f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
+                file=sys.stderr,
+                flush=True,
+            )
         return query
     except StreamingQueryException as e:
-        raise explain(e) from None
+        if isinstance(sink.failure, LakehouseError):
+            raise sink.failure from None
+        raise explain(e) or JobFailedError(f"{what} failed: {first_line(str(e))}") from None
     finally:
         if progress_table is not None:
             progress_table.flush()
@@ -140,18 +137,5 @@ def run_query(
 
 
 def first_line(message: str, limit: int = 2000) -> str:
-    """What a person needs from a streaming failure: our own error raised inside a micro-batch
-    (with its indented detail lines), else the first meaningful line of the (Java) message."""
-    lines = message.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        if (
-            re.match(r"^(pipelines\.[\w.]+\.)?\w+(Error|Exception): ", lines[i])
-            and "pipelines." in lines[i]
-        ):
-            detail = [lines[i]]
-            for line in lines[i + 1 :]:
-                if not line.startswith(("  ", "(")):
-                    break
-                detail.append(line)
-            return "\n".join(detail)[:limit]
-    return next((ln for ln in lines if ln.strip()), message)[:limit]
+    """What a person needs from a (Java) streaming failure: its first meaningful line."""
+    return next((ln for ln in message.splitlines() if ln.strip()), message)[:limit]

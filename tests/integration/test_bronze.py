@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
-from pipelines.config import BronzeConf, LakehouseConf
+from pipelines.config import LakehouseConf
 from pipelines.kafka import admin_client
 from pipelines.layers.bronze import RetentionGapError, bronze_tables, run_bronze, start_bronze
 from pipelines.reference.producer import ProduceReport
@@ -42,13 +41,19 @@ def bronze_rows(spark, conf: LakehouseConf) -> list[tuple]:
     rows = df.drop("ingested_at").collect()
     return sorted(
         (
-            (r["topic"], r["partition"], r["offset"], r["kafka_timestamp"],
-             None if r["key"] is None else bytes(r["key"]), bytes(r["value"]),
-             tuple((h["key"], bytes(h["value"])) for h in (r["headers"] or [])))
+            (
+                r["topic"],
+                r["partition"],
+                r["offset"],
+                r["kafka_timestamp"],
+                None if r["key"] is None else bytes(r["key"]),
+                bytes(r["value"]),
+                tuple((h["key"], bytes(h["value"])) for h in (r["headers"] or [])),
+            )
             for r in rows
         ),
         key=lambda t: (t[1], t[2]),
-    )  # fmt: skip
+    )
 
 
 def expected_from(*reports: ProduceReport) -> dict[tuple[int, int], tuple]:
@@ -111,9 +116,7 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
     final = helpers.start_job("pipelines.jobs.bronze_job", env, log, "--once")
     assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
 
-    uninterrupted = dataclasses.replace(
-        lake, storage=dataclasses.replace(lake.storage, root=str(tmp_path / "reference"))
-    )
+    uninterrupted = lake.updated({"storage.root": str(tmp_path / "reference")})
     run_bronze(spark, uninterrupted, once=True, progress=False)
     killed_rows = bronze_rows(spark, lake)
     assert len(killed_rows) == report.counts["records"]
@@ -123,9 +126,7 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
 
 def test_lost_checkpoint_resumes_after_the_table_offsets(spark, lake):
     first = produce(lake, orders=800, seed=44)
-    small = lake.with_overrides(
-        bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300)
-    )
+    small = lake.updated({"bronze.max_offsets_per_trigger": 300})
     query = start_bronze(spark, small, once=False)
     try:
         while query.isActive and len([p for p in query.recentProgress if p.numInputRows]) < 2:
@@ -163,15 +164,17 @@ def test_retention_gap_stops_the_job_naming_topic_partition_and_range(spark, lak
     assert "bronze.on_data_loss: record" in message
     assert len(bronze_rows(spark, lake)) == first.counts["records"]  # nothing written
 
-    tolerant = lake.with_overrides(
-        bronze=BronzeConf(on_data_loss="record", max_offsets_per_trigger=None)
+    tolerant = lake.updated(
+        {"bronze.on_data_loss": "record", "bronze.max_offsets_per_trigger": None}
     )
     run_bronze(spark, tolerant, once=True, progress=False)
     gaps = spark.read.format("delta").load(bronze_tables(lake, lake.streams["orders"]).gaps)
-    assert [tuple(r) for r in gaps.select("topic", "partition", "from_offset", "to_offset",
-                                          "missing_records").collect()] == [
-        (topic, 0, in_p0, in_p0 + 9, 10)
-    ]  # fmt: skip
+    assert [
+        tuple(r)
+        for r in gaps.select(
+            "topic", "partition", "from_offset", "to_offset", "missing_records"
+        ).collect()
+    ] == [(topic, 0, in_p0, in_p0 + 9, 10)]
     expected = {
         k: v
         for k, v in expected_from(first, second).items()

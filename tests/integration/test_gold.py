@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -72,8 +71,9 @@ def run_all(spark, conf) -> None:
 
 
 def plan(seed: int, orders: int, start: datetime, **twists):
-    return generate_orders_stream(StreamOptions(orders=orders, seed=seed, start_time=start,
-                                                events_per_second=0.5, **twists))  # fmt: skip
+    return generate_orders_stream(
+        StreamOptions(orders=orders, seed=seed, start_time=start, events_per_second=0.5, **twists)
+    )
 
 
 def produce(conf, seed: int, orders: int, start: datetime, **twists):
@@ -81,18 +81,29 @@ def produce(conf, seed: int, orders: int, start: datetime, **twists):
 
 
 def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark, lake):
-    conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
+    conf = lake.updated({"gold.max_files_per_trigger": None})
     tables = gold_tables(conf)
     assert seed_dimensions(spark, conf) == {"products": 300, "customers": 3000}
     products, customers = seeds(conf, "products"), seeds(conf, "customers")
 
     # 1. a first stream, ~25 minutes of event time, with unknown ids and re-deliveries
-    first = produce(conf, 81, 300, START, redelivery_rate=0.1, out_of_order_rate=0.2,
-                    unknown_dimension_rate=0.05, invalid_rate=0.02)  # fmt: skip
+    first = produce(
+        conf,
+        81,
+        300,
+        START,
+        redelivery_rate=0.1,
+        out_of_order_rate=0.2,
+        unknown_dimension_rate=0.05,
+        invalid_rate=0.02,
+    )
     run_all(spark, conf)
     events1 = list(oracle(first)["events"].values())
     phase1 = (events1, dict(products), dict(customers))
-    assert (table(spark, tables.revenue), table(spark, tables.countries)) == gold_oracle(phase1)
+    assert (
+        table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
+        table(spark, tables.aggregates["gold/orders_by_country_5m"]),
+    ) == gold_oracle(phase1)
     assert table(spark, tables.late) == []
 
     # 2. events from the start of the stream arrive now: those 10+ minutes behind are late
@@ -104,23 +115,29 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
     run_all(spark, conf)
     on_time = [e for e in events2 if e[0] not in late]
     phase2 = (on_time, dict(products), dict(customers))
-    assert (table(spark, tables.revenue), table(spark, tables.countries)) == gold_oracle(
-        phase1, phase2
-    )
+    assert (
+        table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
+        table(spark, tables.aggregates["gold/orders_by_country_5m"]),
+    ) == gold_oracle(phase1, phase2)
     late_rows = spark.read.format("delta").load(tables.late).collect()
     assert {r["event_id"] for r in late_rows} == late
     assert all("more than 10 minutes behind" in r["reason"] for r in late_rows)
-    silver_ids = {r["event_id"] for r in spark.read.format("delta").load(
-        tables.events).select("event_id").collect()}  # fmt: skip
+    silver_ids = {
+        r["event_id"]
+        for r in spark.read.format("delta").load(tables.events).select("event_id").collect()
+    }
     assert late <= silver_ids  # late events still reach silver
 
     # 3. a dimension changes: the next micro-batch uses the new value
     third = plan(83, 150, newest.replace(tzinfo=UTC) - timedelta(minutes=2))
     import json
 
-    target = next(json.loads(r.value)["product_id"] for r in third.records
-                  if r.kind == "event" and json.loads(r.value)["event_type"] == "paid")  # fmt: skip
-    DeltaTable.forPath(spark, tables.products).update(
+    target = next(
+        json.loads(r.value)["product_id"]
+        for r in third.records
+        if r.kind == "event" and json.loads(r.value)["event_type"] == "paid"
+    )
+    DeltaTable.forPath(spark, tables.dimensions["products"]).update(
         f"product_id = '{target}'", {"category": "'relabelled'"}
     )
     products[target] = {**products[target], "category": "relabelled"}
@@ -128,24 +145,39 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
     events3 = list(oracle(report3)["events"].values())
     run_all(spark, conf)
     phase3 = (events3, dict(products), dict(customers))
-    revenue = table(spark, tables.revenue)
-    assert (revenue, table(spark, tables.countries)) == gold_oracle(phase1, phase2, phase3)
+    revenue = table(spark, tables.aggregates["gold/revenue_by_category_1m"])
+    assert (revenue, table(spark, tables.aggregates["gold/orders_by_country_5m"])) == gold_oracle(
+        phase1, phase2, phase3
+    )
     assert any(r[2] == "relabelled" for r in revenue)
 
 
 def test_a_replayed_gold_batch_adds_nothing_twice(spark, lake):
     from pipelines.layers.gold import UpsertGold
 
-    conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
+    conf = lake.updated({"gold.max_files_per_trigger": None})
     seed_dimensions(spark, conf)
     produce(conf, 91, 120, START)
     run_all(spark, conf)
     tables = gold_tables(conf)
-    paths = (tables.revenue, tables.countries, tables.late, tables.progress)
+    paths = (
+        tables.aggregates["gold/revenue_by_category_1m"],
+        tables.aggregates["gold/orders_by_country_5m"],
+        tables.late,
+        tables.high_water,
+    )
 
     def state():
-        return ([DeltaTable.forPath(spark, p).history(1).first()["version"] for p in paths],
-                [table(spark, p) for p in (tables.revenue, tables.countries)])  # fmt: skip
+        return (
+            [DeltaTable.forPath(spark, p).history(1).first()["version"] for p in paths],
+            [
+                table(spark, p)
+                for p in (
+                    tables.aggregates["gold/revenue_by_category_1m"],
+                    tables.aggregates["gold/orders_by_country_5m"],
+                )
+            ],
+        )
 
     before = state()
     sink = UpsertGold(conf, tables)
@@ -158,15 +190,17 @@ def test_a_replayed_gold_batch_adds_nothing_twice(spark, lake):
 def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
     from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
-    conf = lake.with_overrides(gold=dataclasses.replace(lake.gold, max_files_per_trigger=None))
+    conf = lake.updated({"gold.max_files_per_trigger": None})
     seed_dimensions(spark, conf)
     produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
     run_all(spark, conf)
     outcomes = run_quality(spark, conf)
     assert [(o.suite, o.success) for o in sorted(outcomes, key=lambda o: o.suite)] == [
-        ("gold_orders_by_country_5m", True), ("gold_revenue_by_category_1m", True),
-        ("silver_order_events", True), ("silver_orders", True),
-    ]  # fmt: skip
+        ("gold_orders_by_country_5m", True),
+        ("gold_revenue_by_category_1m", True),
+        ("silver_order_events", True),
+        ("silver_orders", True),
+    ]
     results = spark.read.format("delta").load(conf.table_path("quality/results"))
     assert results.count() == 23 and results.where("success").count() == 23
     assert (
@@ -207,52 +241,67 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
         run_bronze(spark, lake, once=True, progress=False)
         run_silver(spark, lake, once=True, progress=False)
     tables = gold_tables(lake)
-    reference = lake.with_overrides(
-        storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref"))
-    )
+    reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     ref_tables = gold_tables(reference)
-    for src, dst in ((tables.events, ref_tables.events), (tables.products, ref_tables.products),
-                     (tables.customers, ref_tables.customers)):  # fmt: skip
+    for src, dst in (
+        (tables.events, ref_tables.events),
+        (tables.dimensions["products"], ref_tables.dimensions["products"]),
+        (tables.dimensions["customers"], ref_tables.dimensions["customers"]),
+    ):
         shutil.copytree(src, dst)
 
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "2468")))
     env = subprocess_env(lake, LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1")
     log = tmp_path / "gold.log"
-    killed = helpers.kill_at_random_instants("pipelines.jobs.gold_job", env, log, tables.progress, rng,
-                                             batches=(1, 2), jitter_s=1.0)  # fmt: skip
+    killed = helpers.kill_at_random_instants(
+        "pipelines.jobs.gold_job", env, log, tables.high_water, rng, batches=(1, 2), jitter_s=1.0
+    )
     assert killed == 3, "gold finished before it could be killed"
     final = helpers.start_job("pipelines.jobs.gold_job", env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
 
-    slow = reference.with_overrides(
-        gold=dataclasses.replace(reference.gold, max_files_per_trigger=1)
-    )
+    slow = reference.updated({"gold.max_files_per_trigger": 1})
     run_gold(spark, slow, once=True, progress=False)
-    for mine, theirs in ((tables.revenue, ref_tables.revenue), (tables.countries, ref_tables.countries),
-                         (tables.late, ref_tables.late)):  # fmt: skip
+    for mine, theirs in (
+        (
+            tables.aggregates["gold/revenue_by_category_1m"],
+            ref_tables.aggregates["gold/revenue_by_category_1m"],
+        ),
+        (
+            tables.aggregates["gold/orders_by_country_5m"],
+            ref_tables.aggregates["gold/orders_by_country_5m"],
+        ),
+        (tables.late, ref_tables.late),
+    ):
         assert table(spark, mine) == table(spark, theirs)
     assert silver_tables(lake, lake.streams["orders"]).events == tables.events
 
 
 def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
-    from pipelines.layers.gold import GoldFailedError
+    from pipelines.layers.quality import QualityCheckFailedError
 
-    conf = lake.with_overrides(gold=dataclasses.replace(
-        lake.gold, max_files_per_trigger=None, check_quality_per_batch=True))  # fmt: skip
+    conf = lake.updated({"gold.max_files_per_trigger": None, "gold.check_quality_per_batch": True})
     seed_dimensions(spark, conf)
     produce(conf, 96, 60, START, unknown_dimension_rate=0.0)
     run_all(spark, conf)  # passes its checks
     tables = gold_tables(conf)
-    before = (table(spark, tables.revenue), table(spark, tables.countries))
+    before = (
+        table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
+        table(spark, tables.aggregates["gold/orders_by_country_5m"]),
+    )
     assert before[0] and before[1]
     produce(conf, 97, 60, START + timedelta(minutes=3), unknown_dimension_rate=1.0)
     run_bronze(spark, conf, once=True, progress=False)
     run_silver(spark, conf, once=True, progress=False)
     with pytest.raises(
-        GoldFailedError, match=r"expect_column_values_to_not_be_in_set on (category|country) failed"
+        QualityCheckFailedError,
+        match=r"expect_column_values_to_not_be_in_set on (category|country) failed",
     ):
         run_gold(spark, conf, once=True, progress=False)
-    assert (table(spark, tables.revenue), table(spark, tables.countries)) == before
+    assert (
+        table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
+        table(spark, tables.aggregates["gold/orders_by_country_5m"]),
+    ) == before
     scopes = {
         r["scope"]
         for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.orchestration.runner import JobRunner, read_runs
+from pipelines.orchestration.runner import JobRunner
+from pipelines.orchestration.runs import read_runs
 from pipelines.orchestration.spec import load_job_spec
 from tests.conftest import subprocess_env
 from tests.helpers import delta_commits, produce
@@ -82,15 +83,27 @@ def _spec(tmp_path: Path) -> Path:
 def test_runner_orders_parallelises_retries_applies_run_if_and_times_out(lake, tmp_path):
     spec = load_job_spec(_spec(tmp_path))
     lines: list[str] = []
-    run = JobRunner(lake, spec, parameters={"color": "red"}, grace_seconds=10,
-                    echo=lines.append, env=subprocess_env(lake)).run()  # fmt: skip
+    run = JobRunner(
+        lake,
+        spec,
+        parameters={"color": "red"},
+        grace_seconds=10,
+        echo=lines.append,
+        env=subprocess_env(lake),
+    ).run()
     out = tmp_path / "out"
     done = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
 
     assert run.states == {
-        "a": "SUCCESS", "b": "SUCCESS", "c": "SUCCESS", "d": "SUCCESS", "e": "FAILED",
-        "f": "UPSTREAM_FAILED", "g": "SUCCESS", "h": "TIMEDOUT",
-    }, "\n".join(lines)  # fmt: skip
+        "a": "SUCCESS",
+        "b": "SUCCESS",
+        "c": "SUCCESS",
+        "d": "SUCCESS",
+        "e": "FAILED",
+        "f": "UPSTREAM_FAILED",
+        "g": "SUCCESS",
+        "h": "TIMEDOUT",
+    }, "\n".join(lines)
     assert run.state == "FAILED"
     assert sorted(done) == ["a", "b", "c", "d", "g"]
     # dependency order, and b, c in parallel
@@ -106,10 +119,17 @@ def test_runner_orders_parallelises_retries_applies_run_if_and_times_out(lake, t
 
     rows = read_runs(lake, run.run_id)
     assert sorted((r["task"], r["attempt"], r["state"]) for r in rows) == [
-        ("a", 0, "SUCCESS"), ("b", 0, "SUCCESS"), ("c", 0, "SUCCESS"), ("d", 0, "FAILED"),
-        ("d", 1, "SUCCESS"), ("e", 0, "FAILED"), ("e", 1, "FAILED"), ("f", 0, "UPSTREAM_FAILED"),
-        ("g", 0, "SUCCESS"), ("h", 0, "TIMEDOUT"),
-    ]  # fmt: skip
+        ("a", 0, "SUCCESS"),
+        ("b", 0, "SUCCESS"),
+        ("c", 0, "SUCCESS"),
+        ("d", 0, "FAILED"),
+        ("d", 1, "SUCCESS"),
+        ("e", 0, "FAILED"),
+        ("e", 1, "FAILED"),
+        ("f", 0, "UPSTREAM_FAILED"),
+        ("g", 0, "SUCCESS"),
+        ("h", 0, "TIMEDOUT"),
+    ]
     by_key = {(r["task"], r["attempt"]): r for r in rows}
     assert by_key[("e", 1)]["message"] == "exit code 3: e failed on purpose (attempt 1)"
     assert by_key[("h", 0)]["message"] == "timed out after 8s"
@@ -123,8 +143,11 @@ def test_runner_orders_parallelises_retries_applies_run_if_and_times_out(lake, t
 
     listing = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "jobs", "runs", "--run-id", str(run.run_id)],
-        env=subprocess_env(lake), capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        env=subprocess_env(lake),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert listing.count(f"{run.run_id} ") == 10
     assert "e failed on purpose (attempt 1)" in listing
 
@@ -158,16 +181,32 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     from pipelines.streaming import checkpoints
 
     produce(lake, orders=300, seed=51, redelivery_rate=0.05, invalid_rate=0.02)
-    env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
-                         LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
-                         LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second")  # fmt: skip
+    env = subprocess_env(
+        lake,
+        LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
+        LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
+        LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second",
+    )
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
         runner = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "jobs", "run", "conf/jobs/orders_continuous.yaml",
-             "--param", "env=test", "--grace-seconds", "90"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pipelines.cli",
+                "jobs",
+                "run",
+                "conf/jobs/orders_continuous.yaml",
+                "--param",
+                "env=test",
+                "--grace-seconds",
+                "90",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     stream = lake.streams["orders"]
     bronze, silver, gold = (
         bronze_tables(lake, stream),
@@ -178,7 +217,7 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     try:
         # wait until gold has added a batch (so each layer has committed data), then SIGTERM the
         # runner's whole process group, as Kubernetes or systemd do
-        while delta_commits(gold.revenue) < 2:
+        while delta_commits(gold.aggregates["gold/revenue_by_category_1m"]) < 2:
             assert runner.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
         os.killpg(runner.pid, signal.SIGTERM)
@@ -191,8 +230,12 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     text = log.read_text()
     rows = [r for r in read_runs(lake) if r["job"] == "orders-continuous"]
     states = {r["task"]: (r["state"], r["exit_code"]) for r in rows}
-    assert states == {"setup": ("SUCCESS", 0), "bronze": ("CANCELED", 0), "silver": ("CANCELED", 0),
-                      "gold": ("CANCELED", 0)}, text[-3000:]  # fmt: skip
+    assert states == {
+        "setup": ("SUCCESS", 0),
+        "bronze": ("CANCELED", 0),
+        "silver": ("CANCELED", 0),
+        "gold": ("CANCELED", 0),
+    }, text[-3000:]
     for r in rows:
         task_log = Path(r["log_path"]).read_text()
         # the only traceback allowed: a batch that started after the signal, refused unwritten
@@ -203,26 +246,37 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
     layers = {
         bronze.checkpoint: [bronze.raw],
         silver.checkpoint: [silver.events, silver.state, silver.quarantine],
-        gold.checkpoint: [gold.revenue, gold.countries, gold.late, gold.progress],
+        gold.checkpoint: [
+            gold.aggregates["gold/revenue_by_category_1m"],
+            gold.aggregates["gold/orders_by_country_5m"],
+            gold.late,
+            gold.high_water,
+        ],
     }
     for checkpoint, tables in layers.items():
         _, committed = _checkpoint_batches(checkpoint)
         for table in tables:
             assert max(_txn_versions(table), default=-1) <= committed, (table, committed)
-    assert max(_txn_versions(gold.revenue)) >= 1
+    assert max(_txn_versions(gold.aggregates["gold/revenue_by_category_1m"])) >= 1
     # and bronze holds exactly the records up to the last committed batch's end offsets
     ends = checkpoints.batch_end_offsets(
         bronze.checkpoint, _checkpoint_batches(bronze.checkpoint)[1], stream.topic
     )
-    in_table = {r[0]: r[1] + 1 for r in spark.read.format("delta").load(bronze.raw)
-                .groupBy("partition").agg(F.max("offset")).collect()}  # fmt: skip
+    in_table = {
+        r[0]: r[1] + 1
+        for r in spark.read.format("delta")
+        .load(bronze.raw)
+        .groupBy("partition")
+        .agg(F.max("offset"))
+        .collect()
+    }
     assert in_table == {p: o for p, o in ends.items() if o > 0}
 
     # the progress table: one row per batch of each layer, tagged with the job run and task
     events = spark.read.format("delta").load(lake.table_path("system/query_progress"))
-    assert {(r.job_run_id, r.task) for r in events.select("job_run_id", "task").distinct().collect()} == {
-        (str(rows[0]["run_id"]), t) for t in ("bronze", "silver", "gold")
-    }  # fmt: skip
+    assert {
+        (r.job_run_id, r.task) for r in events.select("job_run_id", "task").distinct().collect()
+    } == {(str(rows[0]["run_id"]), t) for t in ("bronze", "silver", "gold")}
     bronze_rows = spark.read.format("delta").load(bronze.raw).count()
     assert events.where("task = 'bronze'").agg(F.sum("input_rows")).first()[0] == bronze_rows
     assert (

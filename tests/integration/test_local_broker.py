@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 
 import pytest
@@ -27,9 +26,7 @@ def test_port_taken_by_another_process_is_named(kafka, tmp_path):
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        other = kafka.with_overrides(
-            local_broker=dataclasses.replace(kafka.local_broker, port=port, data_dir=str(tmp_path))
-        )
+        other = kafka.updated({"local_broker.port": port, "local_broker.data_dir": str(tmp_path)})
         with pytest.raises(
             broker.LocalBrokerError, match=f"port 127.0.0.1:{port} is already in use"
         ):
@@ -39,18 +36,18 @@ def test_port_taken_by_another_process_is_named(kafka, tmp_path):
 def test_missing_java_is_explained(kafka, tmp_path, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    other = kafka.with_overrides(
-        local_broker=dataclasses.replace(
-            kafka.local_broker, data_dir=str(tmp_path), port=1, controller_port=2
-        )
+    other = kafka.updated(
+        {
+            "local_broker.data_dir": str(tmp_path),
+            "local_broker.port": 1,
+            "local_broker.controller_port": 2,
+        }
     )
     with pytest.raises(JarResolutionError, match="Java was not found: install Java 17"):
         broker.start(other, quiet=True)
 
 
 def test_unreachable_broker_names_the_address(kafka):
-    nowhere = kafka.with_overrides(
-        kafka=dataclasses.replace(kafka.kafka, bootstrap_servers="127.0.0.1:9")
-    )
+    nowhere = kafka.updated({"kafka.bootstrap_servers": "127.0.0.1:9"})
     with pytest.raises(KafkaUnreachableError, match="no Kafka broker answered at 127.0.0.1:9"):
         check_reachable(nowhere, timeout_s=2)

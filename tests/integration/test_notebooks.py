@@ -23,8 +23,10 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 def _outputs(nb) -> str:
     return "\n".join(
         o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-        for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
-    )  # fmt: skip
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for o in cell.get("outputs", [])
+    )
 
 
 def test_the_explore_notebook_runs_on_the_pipeline_tables(spark, lake, monkeypatch):
@@ -54,6 +56,11 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables(spark, lake, monkeypat
     assert f"{quarantined:,} records in quarantine" in text
     assert f"bronze_orders_raw: 2 batches with data, {bronze_rows:,} rows" in text, text[-3000:]
     assert "Kafka -> bronze: p50" in text and "Kafka -> silver: p50" in text, text[-3000:]
-    figures = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-               if "image/png" in o.get("data", {})]  # fmt: skip
+    figures = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
     assert len(figures) == 2

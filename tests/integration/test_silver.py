@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -74,19 +73,34 @@ def oracle(*reports: ProduceReport) -> dict:
             valid_records += 1
             e = json.loads(d.value, parse_float=Decimal)
             t = _instant(e["event_time"])
-            events.setdefault(e["event_id"], (
-                e["event_id"], e["order_id"], e["seq"], e["event_type"], e["customer_id"],
-                e["product_id"], e["quantity"], Decimal(e["unit_price"]).quantize(Decimal("0.01")),
-                e["currency"], t, t.strftime("%Y-%m-%d"),
-            ))  # fmt: skip
+            events.setdefault(
+                e["event_id"],
+                (
+                    e["event_id"],
+                    e["order_id"],
+                    e["seq"],
+                    e["event_type"],
+                    e["customer_id"],
+                    e["product_id"],
+                    e["quantity"],
+                    Decimal(e["unit_price"]).quantize(Decimal("0.01")),
+                    e["currency"],
+                    t,
+                    t.strftime("%Y-%m-%d"),
+                ),
+            )
     orders: dict[str, tuple] = {}
     for ev in events.values():
         o = (ev[1], ev[0], ev[2], ev[3], ev[4], ev[5], ev[6], ev[7], ev[8], ev[9])
         cur = orders.get(ev[1])
         if cur is None or (o[2], o[9], o[1]) > (cur[2], cur[9], cur[1]):
             orders[ev[1]] = o
-    return {"events": events, "orders": orders, "quarantine": quarantine,
-            "valid_records": valid_records}  # fmt: skip
+    return {
+        "events": events,
+        "orders": orders,
+        "quarantine": quarantine,
+        "valid_records": valid_records,
+    }
 
 
 def table(spark, path: str, columns: list[str]) -> list[tuple]:
@@ -102,8 +116,13 @@ def assert_silver_matches(spark, conf: LakehouseConf, expected: dict) -> None:
     assert table(spark, tables.state, ORDER_COLUMNS) == sorted(expected["orders"].values())
     q = spark.read.format("delta").load(tables.quarantine).collect()
     assert len(q) == len(expected["quarantine"])
-    got = {(r["partition"], r["offset"]): (None if r["key"] is None else bytes(r["key"]),
-                                           bytes(r["value"])) for r in q}  # fmt: skip
+    got = {
+        (r["partition"], r["offset"]): (
+            None if r["key"] is None else bytes(r["key"]),
+            bytes(r["value"]),
+        )
+        for r in q
+    }
     assert got == {k: (key, value) for k, (_, key, value) in expected["quarantine"].items()}
     for r in q:  # the reason says what is wrong, for every kind the producer made
         kind = expected["quarantine"][(r["partition"], r["offset"])][0]
@@ -111,10 +130,15 @@ def assert_silver_matches(spark, conf: LakehouseConf, expected: dict) -> None:
     # topic and Kafka timestamp are those of the bronze row at the same coordinates
     raw = spark.read.format("delta").load(bronze_tables(conf, stream).raw)
     coords = ["topic", "partition", "offset", "kafka_timestamp"]
-    assert sorted(tuple(r) for r in raw.join(
-        spark.read.format("delta").load(tables.quarantine).select("partition", "offset"),
-        ["partition", "offset"]).select(*coords).collect()) == sorted(
-        (r["topic"], r["partition"], r["offset"], r["kafka_timestamp"]) for r in q)  # fmt: skip
+    assert sorted(
+        tuple(r)
+        for r in raw.join(
+            spark.read.format("delta").load(tables.quarantine).select("partition", "offset"),
+            ["partition", "offset"],
+        )
+        .select(*coords)
+        .collect()
+    ) == sorted((r["topic"], r["partition"], r["offset"], r["kafka_timestamp"]) for r in q)
     # the spec's accounting identity, exactly
     bronze = spark.read.format("delta").load(bronze_tables(conf, stream).raw).count()
     redeliveries = expected["valid_records"] - len(expected["events"])
@@ -129,8 +153,12 @@ def test_silver_equals_the_oracle_with_every_twist(spark, lake):
     run_silver(spark, lake, once=True, progress=False)
     expected = oracle(report)
     assert_silver_matches(spark, lake, expected)
-    reasons = {r["reason"].split(":")[0].split(" '")[0] for r in spark.read.format("delta").load(
-        silver_tables(lake, lake.streams["orders"]).quarantine).collect()}  # fmt: skip
+    reasons = {
+        r["reason"].split(":")[0].split(" '")[0]
+        for r in spark.read.format("delta")
+        .load(silver_tables(lake, lake.streams["orders"]).quarantine)
+        .collect()
+    }
     assert len(reasons) >= 8  # the kinds are told apart
 
     # more data later, re-deliveries of old events among it: still exact
@@ -153,8 +181,10 @@ def test_a_replayed_micro_batch_changes_no_table_version(spark, lake):
     tables = silver_tables(lake, lake.streams["orders"])
 
     def versions() -> list[int]:
-        return [DeltaTable.forPath(spark, p).history(1).first()["version"]
-                for p in (tables.events, tables.state, tables.quarantine)]  # fmt: skip
+        return [
+            DeltaTable.forPath(spark, p).history(1).first()["version"]
+            for p in (tables.events, tables.state, tables.quarantine)
+        ]
 
     before_versions = versions()
     before = [table(spark, tables.events, EVENT_COLUMNS), table(spark, tables.state, ORDER_COLUMNS)]
@@ -181,21 +211,18 @@ def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_
 ):
     report = produce(lake, orders=500, seed=74)
     # bronze in small batches, so that silver (2 files a batch) has about 8 micro-batches to do
-    many_files = lake.with_overrides(
-        bronze=dataclasses.replace(lake.bronze, max_offsets_per_trigger=300)
-    )
+    many_files = lake.updated({"bronze.max_offsets_per_trigger": 300})
     run_bronze(spark, many_files, once=True, progress=False)
     tables = silver_tables(lake, lake.streams["orders"])
-    reference = lake.with_overrides(
-        storage=dataclasses.replace(lake.storage, root=str(tmp_path / "ref"))
-    )
+    reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     shutil.copytree(tables.bronze, silver_tables(reference, lake.streams["orders"]).bronze)
 
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
     env = subprocess_env(lake, LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="2")
     log = tmp_path / "silver.log"
-    killed = helpers.kill_at_random_instants("pipelines.jobs.silver_job", env, log, tables.state, rng,
-                                             batches=(1, 2), jitter_s=0.8)  # fmt: skip
+    killed = helpers.kill_at_random_instants(
+        "pipelines.jobs.silver_job", env, log, tables.state, rng, batches=(1, 2), jitter_s=0.8
+    )
     assert killed == 3, "silver finished before it could be killed"
     final = helpers.start_job("pipelines.jobs.silver_job", env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]

@@ -1,8 +1,9 @@
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
-from pipelines.config import InvalidConfigError, load_config
+from pipelines.config import REPO_ROOT, InvalidConfigError, load_config
 from pipelines.kafka import redacted, spark_kafka_options
 
 
@@ -13,9 +14,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_every_shipped_environment_loads():
-    for env in ("local", "test", "cluster-example"):
-        conf = load_config(env)
+    for file in sorted((REPO_ROOT / "conf").glob("*.yaml")):
+        conf = load_config(file.stem)
         assert conf.stream("orders").bronze_table == "bronze/orders_raw"
+        assert conf.tables.quality_results == "quality/results"
 
 
 def test_unknown_key_names_the_key_and_the_file(tmp_path):
@@ -88,12 +90,11 @@ def test_sasl_password_comes_only_from_the_environment_and_is_never_logged(tmp_p
         "kafka:\n  security_protocol: SASL_SSL\n  sasl_mechanism: SCRAM-SHA-512\n"
         "  sasl_username: lake\n",
     )
-    conf = load_config(path=f)
     monkeypatch.delenv("LAKEHOUSE_KAFKA_SASL_PASSWORD", raising=False)
     with pytest.raises(InvalidConfigError, match="LAKEHOUSE_KAFKA_SASL_PASSWORD is not set"):
-        spark_kafka_options(conf)
+        spark_kafka_options(load_config(path=f))
     monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_PASSWORD", "s3cr3t-value")
-    options = spark_kafka_options(conf)
+    options = spark_kafka_options(load_config(path=f))
     assert 'password="s3cr3t-value"' in options["kafka.sasl.jaas.config"]
     assert "s3cr3t-value" not in str(redacted(options))
 
@@ -106,3 +107,114 @@ def test_trigger_interval_must_be_a_duration(tmp_path):
         load_config(path=f)
     ok = write(tmp_path, "bronze:\n  trigger_interval: 500 milliseconds\n")
     assert load_config(path=ok).bronze.trigger_interval == "500 milliseconds"
+
+
+def test_environment_text_is_parsed_by_the_type_of_its_key(tmp_path, monkeypatch):
+    f = write(tmp_path, "streams:\n  orders:\n    topic: a\n    bronze_table: bronze/orders_raw\n")
+    monkeypatch.setenv("LAKEHOUSE__STREAMS__ORDERS__TOPIC", "0123")
+    monkeypatch.setenv("LAKEHOUSE__STREAMS__ORDERS__PARTITIONS", "0123")
+    monkeypatch.setenv("LAKEHOUSE__KAFKA__SASL_USERNAME", "no")
+    monkeypatch.setenv("LAKEHOUSE__SPARK__UI", "true")
+    monkeypatch.setenv("LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER", "")
+    conf = load_config(path=f)
+    assert conf.stream("orders").topic == "0123"
+    assert conf.stream("orders").partitions == 123
+    assert conf.kafka.sasl_username == "no"
+    assert conf.spark.ui is True
+    assert conf.bronze.max_offsets_per_trigger is None
+
+
+def test_yaml_values_must_have_the_type_of_their_key(tmp_path):
+    with pytest.raises(
+        InvalidConfigError, match=r"spark.ui in .*custom.yaml: expected true or false, got 'yes'"
+    ):
+        load_config(path=write(tmp_path, "spark:\n  ui: 'yes'\n"))
+
+
+def test_each_key_has_the_bounds_its_meaning_needs(tmp_path):
+    f = write(
+        tmp_path, "streams:\n  orders:\n    topic: t\n    bronze_table: b/t\n    partitions: 0\n"
+    )
+    with pytest.raises(
+        InvalidConfigError, match=r"streams.orders.partitions in .*custom.yaml: must be >= 1, got 0"
+    ):
+        load_config(path=f)
+    zero = write(tmp_path, "quality:\n  unknown_share_max: 0\n")
+    assert load_config(path=zero).quality.unknown_share_max == 0
+    with pytest.raises(
+        InvalidConfigError, match=r"quality.unknown_share_max in .*custom.yaml: must be <= 1"
+    ):
+        load_config(path=write(tmp_path, "quality:\n  unknown_share_max: 1.5\n"))
+
+
+def test_several_problems_are_listed_together(tmp_path):
+    f = write(tmp_path, "spark:\n  ui: 1\ncluster:\n  master_port: 70000\n")
+    with pytest.raises(InvalidConfigError) as e:
+        load_config(path=f)
+    assert "2 configuration problems" in str(e.value)
+    assert "spark.ui" in str(e.value) and "cluster.master_port" in str(e.value)
+    assert "pydantic" not in str(e.value)
+
+
+def test_unknown_key_in_an_environment_variable_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE__KAFKA__BOOTSTRAP_SERVER", "x:9092")
+    with pytest.raises(
+        InvalidConfigError,
+        match="unknown key 'kafka.bootstrap_server' in environment variable "
+        "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVER; known keys of kafka: bootstrap_servers",
+    ):
+        load_config(path=write(tmp_path, "{}\n"))
+
+
+def test_a_password_in_a_file_is_refused(tmp_path):
+    f = write(tmp_path, "kafka:\n  sasl_password: hunter2\n")
+    with pytest.raises(
+        InvalidConfigError, match="kafka.sasl_password in .*secrets come only from the environment"
+    ) as e:
+        load_config(path=f)
+    assert "hunter2" not in str(e.value)
+
+
+def test_the_password_is_a_secret_absent_from_repr_errors_and_as_dict(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_PASSWORD", "s3cr3t-value")
+    conf = load_config(path=write(tmp_path, "kafka:\n  sasl_mechanism: PLAIN\n"))
+    assert isinstance(conf.kafka.sasl_password, SecretStr)
+    assert conf.kafka.sasl_password.get_secret_value() == "s3cr3t-value"
+    assert "s3cr3t-value" not in repr(conf)
+    assert conf.as_dict()["kafka"]["sasl_password"] == "**********"
+    assert "s3cr3t-value" not in str(conf.as_dict())
+    with pytest.raises(InvalidConfigError) as e:
+        conf.updated({"kafka.sasl_password": "0th3r-value", "kafka.request_timeout_s": 0})
+    assert "s3cr3t-value" not in str(e.value) and "0th3r-value" not in str(e.value)
+    assert conf.updated({"spark.ui": True}).kafka.sasl_password == conf.kafka.sasl_password
+
+
+def test_updated_sets_dotted_keys_and_checks_them_like_a_file():
+    conf = load_config("test")
+    new = conf.updated(
+        {
+            "storage.root": "/tmp/x",
+            "bronze.max_offsets_per_trigger": 300,
+            "streams.orders.topic": "t",
+        }
+    )
+    assert (new.storage.root, new.bronze.max_offsets_per_trigger) == ("/tmp/x", 300)
+    assert new.stream("orders").topic == "t"
+    assert new.stream("orders").bronze_table == conf.stream("orders").bronze_table
+    assert (new.env, new.source) == (conf.env, conf.source)
+    assert conf.storage.root != new.storage.root  # the original is unchanged
+    with pytest.raises(
+        InvalidConfigError, match=r"bronze.max_offsets_per_trigger in updated\(\): must be >= 1"
+    ):
+        conf.updated({"bronze.max_offsets_per_trigger": 0})
+    with pytest.raises(InvalidConfigError, match="unknown key 'storage.rot'"):
+        conf.updated({"storage.rot": "/tmp/x"})
+
+
+def test_environment_variable_beats_the_file_and_the_file_beats_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_CONF_DIR", str(tmp_path))
+    (tmp_path / "staging.yaml").write_text("spark:\n  app_name: from-file\n  master: local[1]\n")
+    monkeypatch.setenv("LAKEHOUSE__SPARK__APP_NAME", "from-env")
+    conf = load_config("staging")
+    assert (conf.env, conf.spark.app_name, conf.spark.master) == ("staging", "from-env", "local[1]")
+    assert conf.spark.log_level == "WARN"  # the default

@@ -7,9 +7,14 @@ from decimal import Decimal
 
 from chispa import assert_df_equality
 
-from gold.dimensions import with_dimensions
-from gold.orders_by_country_5m import orders_by_country_5m
-from gold.revenue_by_category_1m import revenue_by_category_1m
+from gold.dimensions import enrich
+from gold.orders_by_country_5m import aggregate as orders_by_country_5m
+from gold.revenue_by_category_1m import aggregate as revenue_by_category_1m
+
+
+def with_dimensions(events, products, customers):
+    return enrich(events, {"products": products, "customers": customers})
+
 
 EVENTS = (
     "event_id string, order_id string, seq bigint, event_type string, customer_id string, "
@@ -20,8 +25,12 @@ EVENTS = (
 
 def ev(spark, rows):
     return spark.createDataFrame(
-        [(f"e-{i}", f"o-{i}", 1, t, c, p, q, Decimal(price), cur, at)
-         for i, (t, c, p, q, price, cur, at) in enumerate(rows)], EVENTS)  # fmt: skip
+        [
+            (f"e-{i}", f"o-{i}", 1, t, c, p, q, Decimal(price), cur, at)
+            for i, (t, c, p, q, price, cur, at) in enumerate(rows)
+        ],
+        EVENTS,
+    )
 
 
 def dims(spark):

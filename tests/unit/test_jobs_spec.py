@@ -42,15 +42,30 @@ def test_a_valid_spec_is_read_with_its_settings(tmp_path):
     spec = {
         "name": "j",
         "parameters": [{"name": "env", "default": "local"}],
-        "job_clusters": [{"job_cluster_key": "c", "new_cluster": {
-            "spark_conf": {"spark.master": "spark://127.0.0.1:7077", "spark.executor.memory": "1g"},
-            "spark_env_vars": {"X": "1"}}}],
+        "job_clusters": [
+            {
+                "job_cluster_key": "c",
+                "new_cluster": {
+                    "spark_conf": {
+                        "spark.master": "spark://127.0.0.1:7077",
+                        "spark.executor.memory": "1g",
+                    },
+                    "spark_env_vars": {"X": "1"},
+                },
+            }
+        ],
         "tasks": [
-            _task("a", job_cluster_key="c", max_retries=2, min_retry_interval_millis=500,
-                  timeout_seconds=60, retry_on_timeout=True),
+            _task(
+                "a",
+                job_cluster_key="c",
+                max_retries=2,
+                min_retry_interval_millis=500,
+                timeout_seconds=60,
+                retry_on_timeout=True,
+            ),
             _task("b", "a", run_if="ALL_DONE", existing_cluster_id="spark://h:7077"),
         ],
-    }  # fmt: skip
+    }
     job = load_job_spec(_write(tmp_path, spec), ROOT)
     a, b = job.tasks
     assert (a.max_retries, a.min_retry_interval_ms, a.timeout_seconds, a.retry_on_timeout) == (
@@ -75,12 +90,17 @@ def test_every_problem_is_named_at_once(tmp_path):
             _task("b", "a"),
             _task("c", "b"),
             _task("d", "nope", run_if="SOMETIMES"),
-            {"task_key": "e", "spark_python_task": {"python_file": "jobs/missing.py",
-                                                    "parameters": ["{{job.parameters.env}}"]}},
+            {
+                "task_key": "e",
+                "spark_python_task": {
+                    "python_file": "jobs/missing.py",
+                    "parameters": ["{{job.parameters.env}}"],
+                },
+            },
             _task("a"),
             _task("f", max_retries="3"),
         ],
-    }  # fmt: skip
+    }
     path = _write(tmp_path, spec)
     with pytest.raises(InvalidJobSpecError) as e:
         load_job_spec(path, ROOT)
@@ -102,15 +122,25 @@ def test_every_problem_is_named_at_once(tmp_path):
 def test_find_cycle_and_resolve():
     assert find_cycle({"a": (), "b": ("a",), "c": ("a", "b")}) is None
     assert find_cycle({"a": ("a",)}) == ["a", "a"]
-    assert resolve("--env={{ job.parameters.env }}/{{task.name}}",
-                   {"job.parameters.env": "test", "task.name": "t"}) == "--env=test/t"  # fmt: skip
+    assert (
+        resolve(
+            "--env={{ job.parameters.env }}/{{task.name}}",
+            {"job.parameters.env": "test", "task.name": "t"},
+        )
+        == "--env=test/t"
+    )
 
 
 def test_the_cli_refuses_an_invalid_spec_before_anything_starts(tmp_path):
     path = _write(tmp_path, {"name": "x", "tasks": [_task("a", "a")]})
     env = {"LAKEHOUSE__STORAGE__ROOT": str(tmp_path / "lake"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "--env", "test", "jobs", "run", str(path)],
-                            capture_output=True, text=True, env=env, cwd=ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "--env", "test", "jobs", "run", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert result.returncode == 3, result.stderr  # ExitCode.CONFIG
     assert result.stderr.strip() == (
         f"error: job spec {path} is invalid (1 problem):\n  - tasks: dependency cycle a -> a"

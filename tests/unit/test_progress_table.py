@@ -7,25 +7,43 @@ from datetime import UTC, datetime
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from pipelines.streaming.progress_table import is_batch, kafka_lag_per_partition, progress_row
+from pipelines.streaming.console import is_batch, kafka_lag_per_partition
+from pipelines.streaming.progress_table import progress_row
 
 
 def _progress(sources: list[dict], state_ops: list[dict] | None = None) -> StreamingQueryProgress:
-    return StreamingQueryProgress.fromJson({
-        "id": "11111111-1111-1111-1111-111111111111", "runId": "22222222-2222-2222-2222-222222222222",
-        "name": "bronze_orders_raw", "timestamp": "2026-11-23T01:02:03.456Z", "batchId": 7,
-        "batchDuration": 1234, "durationMs": {"addBatch": 900, "triggerExecution": 1234},
-        "eventTime": {}, "stateOperators": state_ops or [], "sources": sources,
-        "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
-        "numInputRows": 500, "inputRowsPerSecond": 250.0, "processedRowsPerSecond": 405.2,
-        "observedMetrics": {},
-    })  # fmt: skip
+    return StreamingQueryProgress.fromJson(
+        {
+            "id": "11111111-1111-1111-1111-111111111111",
+            "runId": "22222222-2222-2222-2222-222222222222",
+            "name": "bronze_orders_raw",
+            "timestamp": "2026-11-23T01:02:03.456Z",
+            "batchId": 7,
+            "batchDuration": 1234,
+            "durationMs": {"addBatch": 900, "triggerExecution": 1234},
+            "eventTime": {},
+            "stateOperators": state_ops or [],
+            "sources": sources,
+            "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+            "numInputRows": 500,
+            "inputRowsPerSecond": 250.0,
+            "processedRowsPerSecond": 405.2,
+            "observedMetrics": {},
+        }
+    )
 
 
 def _kafka_source(end: dict, latest: dict) -> dict:
-    return {"description": "KafkaV2[Subscribe[orders]]", "startOffset": json.dumps({"orders": {"0": 0}}),
-            "endOffset": json.dumps(end), "latestOffset": json.dumps(latest), "numInputRows": 500,
-            "inputRowsPerSecond": 250.0, "processedRowsPerSecond": 405.2, "metrics": {}}  # fmt: skip
+    return {
+        "description": "KafkaV2[Subscribe[orders]]",
+        "startOffset": json.dumps({"orders": {"0": 0}}),
+        "endOffset": json.dumps(end),
+        "latestOffset": json.dumps(latest),
+        "numInputRows": 500,
+        "inputRowsPerSecond": 250.0,
+        "processedRowsPerSecond": 405.2,
+        "metrics": {},
+    }
 
 
 def test_a_kafka_batch_becomes_one_row_with_lag_per_partition():
@@ -52,15 +70,30 @@ def test_a_kafka_batch_becomes_one_row_with_lag_per_partition():
 
 
 def test_a_delta_source_has_no_kafka_lag_and_state_rows_are_summed():
-    delta = {"description": "DeltaSource[file:/lake/silver/order_events]",
-             "startOffset": json.dumps({"reservoirVersion": 3, "index": -1}),
-             "endOffset": json.dumps({"reservoirVersion": 5, "index": -1}),
-             "latestOffset": None, "numInputRows": 500, "inputRowsPerSecond": 1.0,
-             "processedRowsPerSecond": 1.0, "metrics": {}}  # fmt: skip
-    op = {"operatorName": "dedupe", "numRowsTotal": 40, "numRowsUpdated": 2, "allUpdatesTimeMs": 1,
-          "numRowsRemoved": 0, "allRemovalsTimeMs": 0, "commitTimeMs": 1, "memoryUsedBytes": 1000,
-          "numRowsDroppedByWatermark": 0, "numShufflePartitions": 4, "numStateStoreInstances": 4,
-          "customMetrics": {}}  # fmt: skip
+    delta = {
+        "description": "DeltaSource[file:/lake/silver/order_events]",
+        "startOffset": json.dumps({"reservoirVersion": 3, "index": -1}),
+        "endOffset": json.dumps({"reservoirVersion": 5, "index": -1}),
+        "latestOffset": None,
+        "numInputRows": 500,
+        "inputRowsPerSecond": 1.0,
+        "processedRowsPerSecond": 1.0,
+        "metrics": {},
+    }
+    op = {
+        "operatorName": "dedupe",
+        "numRowsTotal": 40,
+        "numRowsUpdated": 2,
+        "allUpdatesTimeMs": 1,
+        "numRowsRemoved": 0,
+        "allRemovalsTimeMs": 0,
+        "commitTimeMs": 1,
+        "memoryUsedBytes": 1000,
+        "numRowsDroppedByWatermark": 0,
+        "numShufflePartitions": 4,
+        "numStateStoreInstances": 4,
+        "customMetrics": {},
+    }
     row = progress_row(_progress([delta], [op, {**op, "numRowsTotal": 2, "memoryUsedBytes": 24}]))
     assert row["kafka_lag"] is None and row["kafka_lag_per_partition"] is None
     assert (row["state_rows"], row["state_memory_bytes"]) == (42, 1024)

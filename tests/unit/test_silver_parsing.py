@@ -8,8 +8,10 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 
-from silver.order_events import EVENT_COLUMNS, dedupe_events, parse_order_events
-from silver.orders import latest_versions
+from silver.events import dedupe_events
+from silver.order_events import EVENT_COLUMNS, KEY
+from silver.order_events import parse_events as parse_order_events
+from silver.orders import current_state as latest_versions
 
 VALID = (
     '{"event_id": "e-1", "order_id": "o-1", "seq": 1, "event_type": "created", '
@@ -133,12 +135,26 @@ def test_fields_the_spec_does_not_know_are_tolerated(spark):
 def test_valid_record_is_typed_exactly(spark):
     parsed = parse(spark, [VALID.encode()]).select(*EVENT_COLUMNS, "reason")
     expected = spark.createDataFrame(
-        [("e-1", "o-1", 1, "created", "c-1", "p-1", 2, Decimal("12.30"), "EUR",
-          datetime(2026, 11, 22, 10, 15, 3, 123000), "2026-11-22", None)],
+        [
+            (
+                "e-1",
+                "o-1",
+                1,
+                "created",
+                "c-1",
+                "p-1",
+                2,
+                Decimal("12.30"),
+                "EUR",
+                datetime(2026, 11, 22, 10, 15, 3, 123000),
+                "2026-11-22",
+                None,
+            )
+        ],
         "event_id string, order_id string, seq bigint, event_type string, customer_id string, "
         "product_id string, quantity bigint, unit_price decimal(12,2), currency string, "
         "event_time timestamp, event_date string, reason string",
-    )  # fmt: skip
+    )
     assert_df_equality(parsed, expected, ignore_nullable=True)
 
 
@@ -152,9 +168,14 @@ def event(event_id: str, order_id: str, seq: int, event_type: str, minute: int) 
 
 
 def test_dedupe_keeps_one_row_per_event_id(spark):
-    values = [event("e-1", "o-1", 1, "created", 1), event("e-2", "o-1", 2, "paid", 2),
-              event("e-1", "o-1", 1, "created", 1), "{bad", event("e-1", "o-1", 1, "created", 1)]  # fmt: skip
-    deduped = dedupe_events(parse(spark, [v.encode() for v in values]))
+    values = [
+        event("e-1", "o-1", 1, "created", 1),
+        event("e-2", "o-1", 2, "paid", 2),
+        event("e-1", "o-1", 1, "created", 1),
+        "{bad",
+        event("e-1", "o-1", 1, "created", 1),
+    ]
+    deduped = dedupe_events(parse(spark, [v.encode() for v in values]), KEY, EVENT_COLUMNS)
     assert sorted(r["event_id"] for r in deduped.collect()) == ["e-1", "e-2"]
     assert deduped.columns == EVENT_COLUMNS
 
@@ -166,7 +187,9 @@ def test_latest_version_wins_whatever_the_arrival_order(spark):
         event("e-2", "o-1", 2, "paid", 2),
         event("e-5", "o-2", 1, "created", 5),
     ]
-    latest = latest_versions(dedupe_events(parse(spark, [v.encode() for v in values])))
+    latest = latest_versions(
+        dedupe_events(parse(spark, [v.encode() for v in values]), KEY, EVENT_COLUMNS)
+    )
     got = {r["order_id"]: (r["event_id"], r["seq"], r["status"]) for r in latest.collect()}
     assert got == {"o-1": ("e-3", 3, "shipped"), "o-2": ("e-5", 1, "created")}
 
@@ -178,6 +201,8 @@ def test_ties_on_seq_go_to_the_later_event_time_then_the_greater_event_id(spark)
         event("e-c", "o-2", 2, "paid", 4),
         event("e-d", "o-2", 2, "cancelled", 4),  # same seq and time, greater event_id
     ]
-    latest = latest_versions(dedupe_events(parse(spark, [v.encode() for v in values])))
+    latest = latest_versions(
+        dedupe_events(parse(spark, [v.encode() for v in values]), KEY, EVENT_COLUMNS)
+    )
     got = {r["order_id"]: r["event_id"] for r in latest.collect()}
     assert got == {"o-1": "e-a", "o-2": "e-d"}

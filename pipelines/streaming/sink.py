@@ -1,0 +1,86 @@
+"""The one foreachBatch sink every layer plugs into: idempotent, retried, and stoppable.
+
+Written once for every layer: the stop guard (a batch that starts after a stop request writes
+nothing), the checkpoint's query id, Delta's transaction tags on every write (`txnAppId` = table
+and query id, `txnVersion` = batch id, set through the session confs and unset after, so a
+replayed batch changes nothing, not even a table version), the retry on write conflicts, and the
+cached frames of a batch, unpersisted whatever happens. A layer writes only `write_batch`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pipelines.errors import JobFailedError
+from pipelines.streaming import checkpoints
+from pipelines.streaming.delta import idempotent_txn, retry_on_conflict
+
+# Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
+STOPPING = threading.Event()
+
+
+class StopRequested(RuntimeError):
+    """Raised at the start of a micro-batch once a stop was requested: nothing of the batch is
+    written, and the restarted query runs it again."""
+
+
+class IdempotentSink:
+    """Base of the layers' sinks: `sink(batch, batch_id)` runs `write_batch` safely."""
+
+    cache_batch = True  # a sink that reads its batch once (bronze) keeps it uncached
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        self.failure: BaseException | None = None  # what stopped the query, by type
+        self._query_id: str | None = None
+        self._cached: list[DataFrame] = []
+        self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        raise NotImplementedError
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.spark = batch.sparkSession
+        try:
+            if STOPPING.is_set():
+                raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
+            self.write_batch(self.cache(batch) if self.cache_batch else batch, batch_id)
+        except BaseException as e:
+            self.failure = e
+            raise
+        finally:
+            while self._cached:
+                self._cached.pop().unpersist()
+
+    def cache(self, df: DataFrame) -> DataFrame:
+        """`df` persisted until the end of this batch (read more than once)."""
+        self._cached.append(df.persist())
+        return self._cached[-1]
+
+    def query_id(self) -> str:
+        """The id Spark keeps in the checkpoint: batch ids count from 0 again under a new one."""
+        if self._query_id is None:
+            self._query_id = checkpoints.query_id(self.checkpoint)
+            if self._query_id is None:
+                raise JobFailedError(f"no query id in checkpoint {self.checkpoint}")
+        return self._query_id
+
+    def transaction(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
+        """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
+        ids, retried on write conflicts; Delta skips it if this batch already committed it."""
+        app_id = f"{table}:{self.query_id()}"
+
+        def tagged() -> None:
+            with idempotent_txn(self.spark, app_id, batch_id):
+                write()
+
+        retry_on_conflict(tagged, what=table)
+
+    def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
+        """Append `df` to the Delta table at `path` once per batch."""
+        self.transaction(
+            table, batch_id, lambda: df.write.format("delta").mode("append").save(path)
+        )

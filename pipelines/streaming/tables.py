@@ -1,0 +1,128 @@
+"""Tables declared once and created by one function, their changes applied or refused, never ignored.
+
+A table is declared next to the layer that owns it, by module constants (the layer packages
+import nothing of `pipelines`): `SCHEMA` (Spark DDL, the one notation, `NOT NULL` where a value
+is required), and optionally `PARTITIONED_BY`, `PROPERTIES` and `EXPECTATIONS` (Great
+Expectations 1.x expectation names with their arguments). A module that declares more than one
+table puts a prefix before each name (`GAPS_SCHEMA`). The configuration gives the table its name
+(`silver/orders`), from which its path and its catalog name (`silver.orders`) follow.
+
+`ensure_table` creates a missing table; on an existing one it applies what Delta allows (a new
+nullable column, a new or changed property) and refuses anything else with a readable difference.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from pipelines.config import LakehouseConf
+from pipelines.errors import ConfigError
+from pipelines.streaming.delta import retry_on_conflict
+
+
+class TableChangeRefusedError(ConfigError):
+    """A declaration changed in a way Delta cannot apply to the existing table."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One declared table: its configured name, schema and layout, and its expectations."""
+
+    name: str  # as configured, e.g. "silver/orders"
+    schema: str  # Spark DDL
+    partitioned_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    expectations: tuple[tuple[str, Mapping[str, object]], ...] = ()
+    prepare: Callable[[DataFrame], DataFrame] | None = None  # derived columns the checks read
+
+    @property
+    def catalog_name(self) -> str:
+        return self.name.replace("/", ".")
+
+
+def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
+    """The table `name` as `module` declares it (`<prefix>SCHEMA`, `<prefix>PARTITIONED_BY`, ...)."""
+    m = importlib.import_module(module) if isinstance(module, str) else module
+    if not hasattr(m, f"{prefix}SCHEMA"):
+        raise ConfigError(f"{m.__name__} declares no table {prefix}SCHEMA (for table {name})")
+    return Table(
+        name=name,
+        schema=getattr(m, f"{prefix}SCHEMA"),
+        partitioned_by=tuple(getattr(m, f"{prefix}PARTITIONED_BY", ())),
+        properties=dict(getattr(m, f"{prefix}PROPERTIES", {})),
+        expectations=tuple(getattr(m, f"{prefix}EXPECTATIONS", ())),
+        prepare=getattr(m, f"{prefix}PREPARE_FOR_EXPECTATIONS", None),
+    )
+
+
+def struct(table: Table) -> StructType:
+    """The declared schema as a StructType."""
+    return StructType.fromDDL(table.schema)
+
+
+def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
+    """Create the table if missing, else bring it to its declaration; returns its path."""
+    path = conf.table_path(table.name)
+    wanted = struct(table)
+    if not DeltaTable.isDeltaTable(spark, path):
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
+        if table.partitioned_by:
+            builder = builder.partitionedBy(*table.partitioned_by)
+        for key, value in table.properties.items():
+            builder = builder.property(key, value)
+        # several jobs starting at once may all create it: the losers retry and find it there
+        retry_on_conflict(builder.execute, what=table.name)
+        return path
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    have = spark.read.format("delta").load(path).schema
+    problems, new_columns = _differences(have, wanted)
+    if tuple(detail["partitionColumns"]) != table.partitioned_by:
+        problems.append(
+            f"partitioned by {list(detail['partitionColumns'])}, declared {list(table.partitioned_by)}"
+        )
+    if problems:
+        raise TableChangeRefusedError(
+            f"table {table.name} ({path}) differs from its declaration in ways Delta cannot "
+            "apply in place:\n  " + "\n  ".join(problems) + "\nMigrate it on purpose (e.g. "
+            "rewrite it with the new schema) or restore the declaration."
+        )
+    if new_columns:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new_columns)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    changed = {k: v for k, v in table.properties.items() if detail["properties"].get(k) != v}
+    if changed:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+    return path
+
+
+def _differences(have: StructType, wanted: StructType) -> tuple[list[str], list]:
+    """What cannot be applied, and the new nullable columns that can."""
+    problems, new = [], []
+    existing = {f.name: f for f in have.fields}
+    for f in wanted.fields:
+        old = existing.pop(f.name, None)
+        if old is None:
+            (new if f.nullable else problems).append(
+                f
+                if f.nullable
+                else f"new column {f.name} is NOT NULL (only nullable ones are added)"
+            )
+        elif old.dataType != f.dataType:
+            problems.append(
+                f"column {f.name} is {old.dataType.simpleString()}, declared {f.dataType.simpleString()}"
+            )
+        elif old.nullable != f.nullable:
+            problems.append(
+                f"column {f.name} is {'' if old.nullable else 'NOT '}NULL, declared "
+                f"{'' if f.nullable else 'NOT '}NULL"
+            )
+    problems += [f"column {name} is not declared any more" for name in existing]
+    return problems, new

@@ -1,0 +1,67 @@
+"""What silver does with any stream's parsed events: dedupe on the natural key, and the keys of a
+batch that bound its MERGEs. A stream's events module supplies `parse_events`, `KEY` and its
+declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from bronze.raw_records import COORDINATES
+
+
+def dedupe_events(parsed: DataFrame, key: str, columns: list[str]) -> DataFrame:
+    """Valid events, one row per `key`: the first delivery by Kafka coordinates wins."""
+    first = F.min_by(F.struct(*columns), F.struct(*COORDINATES))
+    return parsed.where(F.col("reason").isNull()).groupBy(key).agg(first.alias("e")).select("e.*")
+
+
+def batch_keys(
+    parsed: DataFrame, key: str, partition: str | None, state_key: str | None
+) -> DataFrame:
+    """One row about a parsed batch: how many records are invalid, and the partitions and key
+    ranges of its valid events, to prune the MERGEs' targets."""
+    valid = F.col("reason").isNull()
+    state = F.col(state_key) if state_key else F.lit(None)
+    return parsed.agg(
+        F.count_if(~valid).alias("invalid_records"),
+        F.count_if(valid).alias("valid_records"),
+        F.sort_array(F.collect_set(F.when(valid, F.col(partition) if partition else None))).alias(
+            "partitions"
+        ),
+        F.min(F.when(valid, F.col(key))).alias("min_key"),
+        F.max(F.when(valid, F.col(key))).alias("max_key"),
+        F.min(F.when(valid, state)).alias("min_state_key"),
+        F.max(F.when(valid, state)).alias("max_state_key"),
+    )
+
+
+def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
+    """MERGE condition on the natural key, bounded by the batch's key range.
+
+    The literal range lets Delta skip every file whose min/max statistics fall outside it, so a
+    MERGE reads what the batch can touch. Keys that grow with time (sequences, ULIDs, snowflake
+    ids, the reference stream's ids) keep that range narrow.
+    """
+    t = F.col(f"{target}.{key}")
+    condition = t == F.col(f"{source}.{key}")
+    return condition if lo is None or hi is None else condition & t.between(F.lit(lo), F.lit(hi))
+
+
+def new_events_condition(
+    key: str,
+    partition: str | None,
+    partitions: list,
+    lo=None,
+    hi=None,
+    target: str = "t",
+    source: str = "s",
+) -> Column:
+    """MERGE condition matching an event already stored, pruned to the batch's partitions (the
+    event's own partition, e.g. its date) and key range: a MERGE costs what the batch touches,
+    not what the table holds."""
+    condition = key_condition(key, lo, hi, target, source)
+    if partition:
+        t = F.col(f"{target}.{partition}")
+        condition = condition & (t == F.col(f"{source}.{partition}")) & t.isin(*partitions)
+    return condition

@@ -1,0 +1,138 @@
+"""The `lakehouse` command line: options anywhere, one readable error line, an exit code per kind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from pipelines import cli
+from pipelines.errors import ExitCode
+from pipelines.orchestration import runner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def conf_dir(tmp_path: Path) -> Path:
+    """A configuration folder with a good environment (`mine`) and one with a typo (`bad`)."""
+    (tmp_path / "mine.yaml").write_text(f"storage:\n  root: {tmp_path / 'lake'}\n")
+    (tmp_path / "bad.yaml").write_text("kafka:\n  bootstrap_server: 127.0.0.1:9092\n")
+    return tmp_path
+
+
+def lakehouse(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE")}
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--env", "mine", "config"],
+        ["config", "--env", "mine"],
+        ["--env", "local", "config", "--env", "mine"],  # after the command wins
+    ],
+)
+def test_env_is_taken_before_or_after_the_command(conf_dir, args):
+    result = lakehouse(*args, LAKEHOUSE_CONF_DIR=str(conf_dir))
+    assert result.returncode == ExitCode.OK, result.stderr
+    conf = json.loads(result.stdout)
+    assert (conf["env"], conf["storage"]["root"]) == ("mine", str(conf_dir / "lake"))
+
+
+def test_log_level_sets_spark_log_level_for_the_command(conf_dir):
+    result = lakehouse(
+        "--env", "mine", "config", "--log-level", "debug", LAKEHOUSE_CONF_DIR=str(conf_dir)
+    )
+    assert json.loads(result.stdout)["spark"]["log_level"] == "DEBUG", result.stderr
+
+
+def test_version_prints_the_package_version():
+    result = lakehouse("--version")
+    assert result.returncode == ExitCode.OK
+    assert result.stdout == f"lakehouse {version('streaming-lakehouse')}\n"
+
+
+def test_a_bad_configuration_key_exits_3_with_one_line_naming_key_and_file(conf_dir):
+    result = lakehouse("config", "--env", "bad", LAKEHOUSE_CONF_DIR=str(conf_dir))
+    assert result.returncode == ExitCode.CONFIG
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and "kafka.bootstrap_server" in line
+    assert str(conf_dir / "bad.yaml") in line
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_an_invalid_job_spec_exits_3_after_the_command_options(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: x\ntasks: []\n")
+    result = lakehouse("jobs", "validate", str(spec), "--env", "test")
+    assert result.returncode == ExitCode.CONFIG
+    assert (
+        result.stderr
+        == f"error: job spec {spec} is invalid (1 problem):\n  - job.tasks: required, a non-empty list\n"
+    )
+
+
+def test_a_valid_job_spec_is_listed_with_options_anywhere():
+    result = lakehouse(
+        "jobs", "--log-level", "warn", "validate", "conf/jobs/orders_batch.yaml", "--env", "test"
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert "job 'orders-batch'" in result.stdout and "after bronze (ALL_SUCCESS)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["nosuchcommand"],
+        ["jobs", "validate"],
+        ["config", "--log-level", "LOUD"],
+        ["run", "platinum"],
+    ],
+)
+def test_a_usage_error_exits_2(args):
+    result = lakehouse(*args)
+    assert result.returncode == ExitCode.USAGE
+    assert "usage: lakehouse" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unreachable_broker_exits_4_quickly_with_one_line():
+    env = {"LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+    env["LAKEHOUSE__KAFKA__REQUEST_TIMEOUT_S"] = "2"
+    result = lakehouse("produce", "--orders", "1", "--env", "test", **env)
+    assert result.returncode == ExitCode.UNREACHABLE, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: no Kafka broker answered at 127.0.0.1:9 within 2s")
+
+
+def test_jobs_run_exits_0_when_every_task_succeeds_and_6_when_one_fails(tmp_path, monkeypatch):
+    # each task as a plain Python process instead of spark-submit: no JVM in a unit test
+    monkeypatch.setattr(
+        runner,
+        "spark_submit_command",
+        lambda conf, task, params, master=None: [sys.executable, str(task.python_file), *params],
+    )
+    monkeypatch.setenv("LAKEHOUSE__STORAGE__ROOT", str(tmp_path / "lake"))
+    script = tmp_path / "task.py"
+    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    for code, expected in (("0", ExitCode.OK), ("3", ExitCode.JOB_FAILED)):
+        spec = tmp_path / f"spec{code}.yaml"
+        spec.write_text(
+            f"name: j\ntasks:\n  - task_key: t\n    spark_python_task:\n"
+            f"      python_file: {script}\n      parameters: ['{code}']\n"
+        )
+        assert cli.main(["jobs", "run", str(spec), "--env", "test"]) == expected
