@@ -1,1 +1,1 @@
-"""Gold layer: windowed aggregations, dimension joins and data quality (see issue 4)."""
+"""Gold layer: windowed aggregates, dimension joins and late events; one module per table."""

@@ -24,10 +24,10 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def _reap(pid: int) -> int | None:
+def _reap(pid: int, *, block: bool = False) -> int | None:
     """Our own child's exit code once it has ended (collected: no zombie stays), else None."""
     try:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
     except ChildProcessError:  # not our child, or collected already
         return None
     return os.waitstatus_to_exitcode(status) if done else None
@@ -49,8 +49,11 @@ def terminate(
         except ProcessLookupError:
             return _reap(pid)
         deadline = time.monotonic() + wait_s
-        while (code := _reap(pid)) is None and pid_alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
+            if (code := _reap(pid)) is not None:
+                return code
             time.sleep(0.1)
-        if code is not None or not pid_alive(pid):
-            return code
+        if not pid_alive(pid):
+            # a dying JVM's main thread is a zombie before its other threads are gone: wait for them
+            return _reap(pid, block=True)
     return None

@@ -45,10 +45,6 @@ def batch_start_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> di
     return batch_end_offsets(checkpoint, batch_id - 1, topic)
 
 
-def has_offsets(checkpoint: str | Path) -> bool:
-    return bool(_batches(Path(checkpoint) / "offsets"))
-
-
 def resume_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
     """Where a restart from this checkpoint reads next, per partition; None without offsets.
 

@@ -205,7 +205,7 @@ def test_continuous_job_keeps_up_then_stops_cleanly_on_sigterm(spark, lake, tmp_
         while len(bronze_rows(spark, lake)) < len(expected):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGTERM)  # as `kill PID` does; group-wide stops are issue 5
+        os.kill(proc.pid, signal.SIGTERM)  # as `kill PID` does (group-wide stops: test_jobs.py)
         assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
     finally:
         if proc.poll() is None:
