@@ -171,13 +171,8 @@ def common_options(*, defaults: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     default = None if defaults else argparse.SUPPRESS
     p.add_argument("--env", default=default, help="configuration environment (conf/<env>.yaml)")
-    p.add_argument(
-        "--log-level",
-        type=str.upper,
-        choices=LOG_LEVELS,
-        default=default,
-        help="log level of Python and Spark, also in the jobs this command starts",
-    )
+    levels = "log level of Python and Spark, also in the jobs this command starts"
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=default, help=levels)
     return p
 
 
@@ -218,9 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", default="orders")
     p.add_argument("--once", action="store_true", help="process what is available, then stop")
     p.add_argument("--quiet", action="store_true")
-    command(
-        "demo", demo, "the whole pipeline on the embedded default, with a summary"
-    ).add_argument("--orders", type=int)
+    p = command("demo", demo, "the whole pipeline on the embedded default, with a summary")
+    p.add_argument("--orders", type=int)
     command("seed", seed, "dimensions/products and customers from conf/seeds")
     p = command("dq", dq, "data-quality suites; results to quality/results and Data Docs")
     p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
@@ -232,9 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
     p.add_argument("--master", help="every task on this master, e.g. spark://127.0.0.1:7077")
     p.add_argument("--grace-seconds", type=float, default=120, help="time to stop before SIGKILL")
-    command("validate", jobs_validate, "check a job spec without running it", jobs).add_argument(
-        "spec", type=Path
-    )
+    p = command("validate", jobs_validate, "check a job spec without running it", jobs)
+    p.add_argument("spec", type=Path)
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)
     p.add_argument("--run-id", type=int)
     p.add_argument("--limit", type=int, default=10, help="newest runs to show")

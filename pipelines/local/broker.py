@@ -99,12 +99,10 @@ logger.state.level = WARN
 
 
 def _our_pid(conf: LakehouseConf) -> int | None:
-    pid_file = _paths(conf)["pid"]
-    if not pid_file.exists():
-        return None
+    p = _paths(conf)
     try:
-        pid = int(pid_file.read_text().strip())
-    except ValueError:
+        pid = int(p["pid"].read_text().strip())
+    except (OSError, ValueError):  # no pid file, or not a pid
         return None
     if not pid_alive(pid):
         return None
@@ -112,7 +110,7 @@ def _our_pid(conf: LakehouseConf) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return pid
-    return pid if "kafka.Kafka" in cmdline and str(_paths(conf)["props"]) in cmdline else None
+    return pid if "kafka.Kafka" in cmdline and str(p["props"]) in cmdline else None
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -178,7 +176,8 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     p["log4j"].write_text(LOG4J2)
     jvm = [java, f"-Dlog4j2.configurationFile={p['log4j']}", f"-Dkafka.logs.dir={p['logs']}"]
     jvm += ["-cp", f"{kafka_jars(b.version)}/*"]
-    if current.pid is None:
+    pid = current.pid
+    if pid is None:
         if not (p["data"] / "meta.properties").exists():
             _format_storage(jvm, p)
         say(
@@ -190,10 +189,8 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True
             )
-        p["pid"].write_text(str(proc.pid))
         pid = proc.pid
-    else:
-        pid = current.pid
+        p["pid"].write_text(str(pid))
     deadline = time.monotonic() + b.start_timeout_s
     while time.monotonic() < deadline:
         if not pid_alive(pid):

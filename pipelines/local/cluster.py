@@ -35,14 +35,9 @@ class ClusterError(JobFailedError):
 @dataclass(frozen=True)
 class ClusterStatus:
     running: bool
-    master_url: str
     alive_workers: int
     cores: int
     detail: str
-
-
-def spark_home() -> Path:
-    return Path(pyspark.__file__).parent
 
 
 def _pids(conf: LakehouseConf) -> dict[str, int]:
@@ -75,25 +70,25 @@ def status(conf: LakehouseConf) -> ClusterStatus:
         up = f" (processes are up: starting, or stuck; see logs in {conf.cluster_dir})"
         detail = f"master {c.master_url} does not answer on http://{c.host}:{c.master_webui_port}"
         detail += up if _pids(conf) else ""
-        return ClusterStatus(False, c.master_url, 0, 0, detail)
+        return ClusterStatus(False, 0, 0, detail)
     alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
     cores = sum(int(w.get("cores", 0)) for w in alive)
     detail = (
         f"master {c.master_url} ({state.get('status')}), {len(alive)} worker(s) alive, "
         f"{cores} core(s), UI http://{c.host}:{c.master_webui_port}"
     )
-    return ClusterStatus(True, c.master_url, len(alive), cores, detail)
+    return ClusterStatus(True, len(alive), cores, detail)
 
 
 def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **options) -> None:
     """Start a deploy class with `--option value` flags; its pid goes to `<name>.pid`."""
-    d = conf.cluster_dir
-    env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable}
+    d, spark_home = conf.cluster_dir, Path(pyspark.__file__).parent
+    env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": sys.executable}
     env |= {"SPARK_LOCAL_IP": conf.cluster.host, "SPARK_LOG_DIR": str(d)}
     # the launcher that builds executor command lines wants it (spark-class sets it)
     env["SPARK_SCALA_VERSION"] = "2.13"
     flags = [s for k, v in options.items() for s in (f"--{k.replace('_', '-')}", str(v))]
-    jars = f"{spark_home() / 'jars'}/*"
+    jars = f"{spark_home / 'jars'}/*"
     cmd = [java_executable(), "-Xmx512m", "-cp", jars, main_class, *flags, *args]
     with open(d / f"{name}.out", "ab") as log:
         proc = subprocess.Popen(

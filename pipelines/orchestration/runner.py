@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
@@ -132,10 +133,7 @@ class JobRunner:
         timed_out = not self.stopping.is_set()
         why = f"timed out after {task.timeout_seconds}s" if timed_out else "stop requested"
         self._say(f"{task.key}: {why}; stopping it (SIGTERM)")
-
-        def on_kill() -> None:
-            self._say(f"{task.key}: still running after {self.grace:.0f}s; SIGKILL")
-
+        on_kill = partial(self._say, f"{task.key}: still running after {self.grace:.0f}s; SIGKILL")
         # the layer jobs stop gracefully on SIGTERM; terminate() reaps the child, so it has the code
         proc.returncode = terminate(proc.pid, group=True, grace_s=self.grace, on_kill=on_kill)
         return timed_out
@@ -145,10 +143,9 @@ class JobRunner:
         if timed_out:
             return RunState.TIMEDOUT, f"timed out after {task.timeout_seconds}s"
         error = f"exit code {code}: {last_error(log)}" if code != 0 else ""
-        if self.stopping.is_set() and not error:
-            return RunState.CANCELED, "stopped cleanly on request"
         if self.stopping.is_set():
-            return RunState.CANCELED, f"stopped on request, {error}"
+            why = f"stopped on request, {error}" if error else "stopped cleanly on request"
+            return RunState.CANCELED, why
         return (RunState.FAILED, error) if error else (RunState.SUCCESS, "")
 
     def _record(self, run: JobRun, a: Attempt) -> None:
@@ -191,8 +188,7 @@ class JobRunner:
             return RunState.CANCELED
         if run_if_holds(task.run_if, states):
             return RunState.RUNNING
-        upstream_failed = any(s in FAILED_STATES for s in states)
-        if upstream_failed and task.run_if == RunIf.ALL_SUCCESS:
+        if task.run_if == RunIf.ALL_SUCCESS and any(s in FAILED_STATES for s in states):
             return RunState.UPSTREAM_FAILED
         return RunState.EXCLUDED
 

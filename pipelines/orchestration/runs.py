@@ -31,14 +31,9 @@ class RunState(StrEnum):
 FAILED_STATES = frozenset({RunState.FAILED, RunState.TIMEDOUT, RunState.UPSTREAM_FAILED})
 _TIME = pa.timestamp("us", tz="UTC")
 _COLUMNS = {"run_id": pa.int64(), "job": pa.string(), "task": pa.string(), "attempt": pa.int32()}
-_COLUMNS |= {
-    "state": pa.string(),
-    "start_time": _TIME,
-    "end_time": _TIME,
-    "duration_s": pa.float64(),
-}
-_COLUMNS |= {"exit_code": pa.int32(), "message": pa.string(), "log_path": pa.string()}
-RUNS_SCHEMA = pa.schema({**_COLUMNS, "spec": pa.string()})
+_COLUMNS |= {"state": pa.string(), "start_time": _TIME, "end_time": _TIME}
+_COLUMNS |= {"duration_s": pa.float64(), "exit_code": pa.int32(), "message": pa.string()}
+RUNS_SCHEMA = pa.schema({**_COLUMNS, "log_path": pa.string(), "spec": pa.string()})
 
 
 @dataclass

@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
 
@@ -80,24 +81,10 @@ class JobSpec:
 
 def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
     """A dependency cycle as a path (a -> b -> a), or None."""
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for d in deps.get(node, ()):
-            if state.get(d) == 1:
-                return path[path.index(d) :] + [d]
-            if d in deps and d not in state and (cycle := visit(d)):
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in deps:
-        if node not in state and (cycle := visit(node)):
-            return cycle
+    try:
+        TopologicalSorter(deps).prepare()
+    except CycleError as e:
+        return e.args[1][::-1]  # graphlib lists each node before the ones depending on it
     return None
 
 
