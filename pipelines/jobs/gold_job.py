@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_known_errors():
         conf = load_config(args.env)
         spark = build_spark(conf, app_name=f"lakehouse-gold-{args.stream}")
-        run_gold(spark, conf, once=args.once, progress=not args.quiet, stream=args.stream)
+        run_gold(spark, conf, args.stream, once=args.once, progress=not args.quiet)
     return 0
 
 

@@ -177,12 +177,13 @@ class UpsertGold(IdempotentSink):
 def start_gold(
     spark: SparkSession,
     conf: LakehouseConf,
+    stream_name: str = "orders",
     sink: UpsertGold | None = None,
     *,
     once: bool = False,
-    stream: str = "orders",
 ) -> StreamingQuery:
-    tables = gold_tables(conf, stream)
+    """Start the gold query of one stream, reading its silver events as a stream."""
+    tables = gold_tables(conf, stream_name)
     needed = {tables.events: "run `lakehouse run silver` first"}
     needed.update(dict.fromkeys(tables.dimensions.values(), "run `lakehouse seed` first"))
     for path, what in needed.items():
@@ -193,7 +194,7 @@ def start_gold(
         spark,
         tables.events,
         sink or UpsertGold(conf, tables),
-        name=f"gold_{stream}",
+        name=f"gold_{stream_name}",
         checkpoint=tables.checkpoint,
         max_files_per_trigger=conf.gold.max_files_per_trigger,
         once=once,
@@ -204,17 +205,18 @@ def start_gold(
 def run_gold(
     spark: SparkSession,
     conf: LakehouseConf,
+    stream_name: str = "orders",
     *,
     once: bool = False,
     progress: bool = True,
-    stream: str = "orders",
 ) -> StreamingQuery:
-    tables = gold_tables(conf, stream)
+    """Run gold until done (`once`) or until SIGINT/SIGTERM."""
+    tables = gold_tables(conf, stream_name)
     sink = UpsertGold(conf, tables)
     return run_query(
         spark,
         conf,
-        lambda: start_gold(spark, conf, sink, once=once, stream=stream),
+        lambda: start_gold(spark, conf, stream_name, sink, once=once),
         sink,
         name="gold",
         what=f"gold from {tables.events}",

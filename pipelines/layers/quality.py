@@ -61,18 +61,15 @@ def suites(conf: LakehouseConf) -> list[Suite]:
             tables.update(gold.gold_tables(conf, name).declarations)
     settings = {"quality.known_share": 1.0 - conf.quality.unknown_share_max}
 
-    def expectation(kind: str, kwargs) -> object:
+    def argument(value: object) -> object:
+        """A tuple as the list GE wants; a `quality.*` name as the configured value."""
+        if isinstance(value, tuple):
+            return list(value)
+        return settings.get(value, value) if isinstance(value, str) else value
+
+    def expectation(kind: str, kwargs: dict) -> object:
         cls = getattr(gxe, "".join(w.capitalize() for w in kind.split("_")))
-        return cls(
-            **{
-                k: settings.get(v, v)
-                if isinstance(v, str)
-                else list(v)
-                if isinstance(v, tuple)
-                else v
-                for k, v in kwargs.items()
-            }
-        )
+        return cls(**{k: argument(v) for k, v in kwargs.items()})
 
     return [
         Suite(

@@ -63,11 +63,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
 def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, rounds: int):
     """Produce the plan in `rounds` parts, each followed by bronze, silver and gold `--once`."""
     stream_name = conf.producer.stream
-    layers = {
-        "bronze": lambda: run_bronze(spark, conf, stream_name, once=True),
-        "silver": lambda: run_silver(spark, conf, stream_name, once=True),
-        "gold": lambda: run_gold(spark, conf, once=True),
-    }
+    layers = {"bronze": run_bronze, "silver": run_silver, "gold": run_gold}
     seconds = dict.fromkeys(layers, 0.0)
     counts: Counter[str] = Counter()
     records = plan.records
@@ -78,7 +74,7 @@ def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, rounds: int):
         counts.update(produce_plan(conf, StreamPlan(plan.options, part), topic, track=False).counts)
         for layer, run in layers.items():
             started = time.monotonic()
-            run()
+            run(spark, conf, stream_name, once=True)
             seconds[layer] += time.monotonic() - started
     return dict(counts), seconds
 

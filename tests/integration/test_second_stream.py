@@ -53,7 +53,7 @@ def send(conf, topic: str, values: list[bytes]) -> None:
 def run_layers(spark, conf) -> None:
     run_bronze(spark, conf, "clicks", once=True, progress=False)
     run_silver(spark, conf, "clicks", once=True, progress=False)
-    run_gold(spark, conf, once=True, progress=False, stream="clicks")
+    run_gold(spark, conf, "clicks", once=True, progress=False)
 
 
 def rows(spark, path: str, *columns: str) -> list[tuple]:
