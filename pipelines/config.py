@@ -233,13 +233,12 @@ class LakehouseConf(_Section):
         return str(self.root / "_checkpoints" / _table_rel(table))
 
     def stream(self, name: str) -> StreamConf:
-        try:
-            return self.streams[name]
-        except KeyError:
+        if name not in self.streams:
             known = ", ".join(sorted(self.streams)) or "none"
             raise InvalidConfigError(
                 f"unknown stream {name!r}: {self.source} defines streams: {known}"
-            ) from None
+            )
+        return self.streams[name]
 
     @property
     def seed_dir(self) -> Path:

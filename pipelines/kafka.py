@@ -10,8 +10,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
 from pipelines.errors import ConfigError, UnreachableError
 
-OFFSET_EARLIEST = -2
-
 
 class KafkaUnreachableError(UnreachableError):
     """No broker answered at the configured bootstrap servers."""
@@ -21,9 +19,7 @@ class TopicMissingError(ConfigError):
     """The topic a job reads does not exist."""
 
 
-def _password(conf: LakehouseConf) -> str | None:
-    if conf.kafka.sasl_mechanism is None:
-        return None
+def _password(conf: LakehouseConf) -> str:
     if conf.kafka.sasl_password is None:
         raise InvalidConfigError(
             f"kafka.sasl_mechanism is {conf.kafka.sasl_mechanism} in {conf.source} but "
@@ -39,7 +35,7 @@ def client_settings(conf: LakehouseConf) -> dict[str, str]:
     if k.sasl_mechanism:
         settings["sasl.mechanism"] = k.sasl_mechanism
         settings["sasl.username"] = k.sasl_username or ""
-        settings["sasl.password"] = _password(conf) or ""
+        settings["sasl.password"] = _password(conf)
     if k.ssl_ca_location:
         settings["ssl.ca.location"] = k.ssl_ca_location
     return settings
@@ -55,16 +51,15 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
         "kafka.default.api.timeout.ms": str(k.request_timeout_s * 1000),
     }
     if k.sasl_mechanism:
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if k.sasl_mechanism == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        login = (
+            "plain.PlainLoginModule" if k.sasl_mechanism == "PLAIN" else "scram.ScramLoginModule"
         )
         user = (k.sasl_username or "").replace('"', '\\"')
-        secret = (_password(conf) or "").replace('"', '\\"')
+        secret = _password(conf).replace('"', '\\"')
         options["kafka.sasl.mechanism"] = k.sasl_mechanism
         options["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{user}" password="{secret}";'
+            f"org.apache.kafka.common.security.{login} required "
+            f'username="{user}" password="{secret}";'
         )
     if k.ssl_ca_location:
         options["kafka.ssl.truststore.type"] = "PEM"
@@ -125,8 +120,8 @@ class PartitionWatermarks:
 def topic_watermarks(conf: LakehouseConf, topic: str) -> list[PartitionWatermarks]:
     """Low and high watermarks of every partition of `topic`."""
     check_reachable(conf)
-    metadata = admin_client(conf).list_topics(topic, timeout=conf.kafka.request_timeout_s)
-    meta = metadata.topics.get(topic)
+    timeout = conf.kafka.request_timeout_s
+    meta = admin_client(conf).list_topics(topic, timeout=timeout).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise TopicMissingError(
             f"topic {topic!r} does not exist on {conf.kafka.bootstrap_servers}: create it "
@@ -135,12 +130,11 @@ def topic_watermarks(conf: LakehouseConf, topic: str) -> list[PartitionWatermark
     own = {"group.id": "lakehouse-watermarks", "enable.auto.commit": False, "log_level": 0}
     consumer = Consumer({**client_settings(conf), **own})
     try:
-        result = []
-        for p in sorted(meta.partitions):
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=conf.kafka.request_timeout_s
+        return [
+            PartitionWatermarks(
+                p, *consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
             )
-            result.append(PartitionWatermarks(p, low, high))
-        return result
+            for p in sorted(meta.partitions)
+        ]
     finally:
         consumer.close()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyspark
 
-from pipelines.config import REPO_ROOT
+from pipelines.config import REPO_ROOT, LocalBrokerConf
 from pipelines.errors import UnreachableError, exit_on_known_errors
 
 DELTA_VERSION = "4.4.0"
@@ -42,6 +42,7 @@ SPARK_FOLDER = f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
 CHECKSUMS = Path(__file__).resolve().parent.parent / "resources" / "jars.sha256"
 RECORD_COMMAND = "python -m pipelines.local.jars --record"
+PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 
 
 class JarResolutionError(UnreachableError):
@@ -66,14 +67,10 @@ def java_executable() -> str:
     return java
 
 
-def _pyspark_jars() -> Path:
-    return Path(pyspark.__file__).parent / "jars"
-
-
 def _ivy_jar() -> Path:
-    found = sorted(_pyspark_jars().glob("ivy-*.jar"))
+    found = sorted(PYSPARK_JARS.glob("ivy-*.jar"))
     if not found:
-        raise JarResolutionError(f"pyspark ships no Apache Ivy jar in {_pyspark_jars()}")
+        raise JarResolutionError(f"pyspark ships no Apache Ivy jar in {PYSPARK_JARS}")
     return found[-1]
 
 
@@ -122,12 +119,7 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def _resolve(
-    module: str,
-    dependencies: list[tuple[str, str, str]],
-    target: Path,
-    excludes: list[str],
-    *,
-    verify: bool = True,
+    dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str], verify: bool
 ) -> list[Path]:
     """Retrieve the jars into `target`, then check them against the recorded checksums.
 
@@ -150,30 +142,29 @@ def _resolve(
         if verify and marker.exists() and marker.read_text() == wanted:
             return sorted(target.glob("*.jar"))
         marker.unlink(missing_ok=True)
-        _retrieve(module, dependencies, target, excludes)
+        _retrieve(dependencies, target, excludes)
         if verify:
             _verify(target, expected)
             marker.write_text(wanted)
     return sorted(target.glob("*.jar"))
 
 
-def _retrieve(
-    module: str, dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]
-) -> None:
+def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]) -> None:
+    """Have Ivy fetch `dependencies` without `excludes` (`<exclude>` attributes) into `target`."""
     target.mkdir(parents=True, exist_ok=True)
     repo = os.environ.get("LAKEHOUSE_MAVEN_REPO", DEFAULT_REPO)
     work = target.parent / f".{target.name}.ivy"
     work.mkdir(exist_ok=True)
-    deps = "\n".join(
+    lines = [
         f'    <dependency org="{o}" name="{n}" rev="{r}" conf="default->default"/>'
         for o, n, r in dependencies
-    )
+    ]
+    lines += [f"    <exclude {attributes}/>" for attributes in excludes]
     (work / "ivy.xml").write_text(
         f"""<ivy-module version="2.0">
-  <info organisation="lakehouse" module="{module}"/>
+  <info organisation="lakehouse" module="{target.name}"/>
   <dependencies>
-{deps}
-{chr(10).join(excludes)}
+{chr(10).join(lines)}
   </dependencies>
 </ivy-module>
 """
@@ -188,22 +179,9 @@ def _retrieve(
 """
     )
     cache = Path(os.environ.get("LAKEHOUSE_IVY_CACHE", Path.home() / ".cache/lakehouse/ivy"))
-    cmd = [
-        java_executable(),
-        "-jar",
-        str(_ivy_jar()),
-        "-settings",
-        str(work / "ivysettings.xml"),
-        "-cache",
-        str(cache),
-        "-ivy",
-        str(work / "ivy.xml"),
-        "-confs",
-        "default",
-        "-retrieve",
-        str(target / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
-        "-sync",
-    ]
+    cmd = [java_executable(), "-jar", str(_ivy_jar()), "-settings", str(work / "ivysettings.xml")]
+    cmd += ["-cache", str(cache), "-ivy", str(work / "ivy.xml"), "-confs", "default", "-sync"]
+    cmd += ["-retrieve", str(target / "[organisation]__[artifact]-[revision](-[classifier]).[ext]")]
     for old in target.glob("*.jar"):
         old.unlink()
     # Other checkouts share the Ivy cache, and Ivy keeps its resolution report there.
@@ -225,15 +203,11 @@ def spark_jars(*, verify: bool = True) -> list[Path]:
     target = home() / "jars" / SPARK_FOLDER
     deps = [tuple(p.split(":")) for p in SPARK_PACKAGES]
     excludes = [
-        '    <exclude org="org.apache.spark" module="spark-core_2.13"/>',
-        '    <exclude org="org.apache.spark" module="spark-sql_2.13"/>',
-        '    <exclude org="org.apache.spark" module="spark-catalyst_2.13"/>',
-        '    <exclude org="org.scala-lang"/>',
-        '    <exclude org="org.slf4j"/>',
-        '    <exclude org="org.apache.hadoop"/>',
+        f'org="org.apache.spark" module="spark-{m}_{SCALA}"' for m in ("core", "sql", "catalyst")
     ]
-    jars = _resolve("spark-extras", deps, target, excludes, verify=verify)  # type: ignore[arg-type]
-    shipped = {_artifact_name(j.name) for j in _pyspark_jars().glob("*.jar")}
+    excludes += [f'org="{org}"' for org in ("org.scala-lang", "org.slf4j", "org.apache.hadoop")]
+    jars = _resolve(deps, target, excludes, verify)  # type: ignore[arg-type]
+    shipped = {_artifact_name(j.name) for j in PYSPARK_JARS.glob("*.jar")}
     return [j for j in jars if _artifact_name(j.name) not in shipped]
 
 
@@ -245,14 +219,12 @@ def kafka_jars(version: str, *, verify: bool = True) -> Path:
         ("org.apache.kafka", "kafka-tools", version),
         ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"),
     ]
-    _resolve(f"kafka-{version}", deps, target, [], verify=verify)
+    _resolve(deps, target, [], verify)
     return target
 
 
 def record() -> None:
     """Resolve both sets unchecked and write every jar's SHA-256 to jars.sha256."""
-    from pipelines.config import LocalBrokerConf
-
     spark_jars(verify=False)
     folders = [home() / "jars" / SPARK_FOLDER, kafka_jars(LocalBrokerConf().version, verify=False)]
     lines = [
@@ -269,8 +241,6 @@ def main() -> None:
     """Fetch and verify everything up front (used by the set-up script)."""
     jars = spark_jars()
     print(f"spark extras: {len(jars)} jars in {jars[0].parent}")
-    from pipelines.config import LocalBrokerConf
-
     folder = kafka_jars(LocalBrokerConf().version)
     print(f"kafka broker: {len(list(folder.glob('*.jar')))} jars in {folder}")
 

@@ -13,7 +13,7 @@ import json
 import random
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -137,10 +137,8 @@ def _order_versions(rng: random.Random, opts: StreamOptions, order_no: int) -> l
     product_id = f"p-{product_no:04d}" if not unknown else f"p-unknown-{product_no}"
     customer_id = f"c-{customer_no:05d}" if not (unknown and rng.random() < 0.5) else "c-unknown"
     price = (Decimal(rng.randrange(10, 50_000)) / Decimal(100)).quantize(Decimal("0.01"))
-    if order_no % 211 == 3:
-        price = Decimal("0.10")
-    elif order_no % 211 == 4:
-        price = Decimal("1234567.89")
+    # now and then a price at the edges: ten cents, over a million
+    price = {3: Decimal("0.10"), 4: Decimal("1234567.89")}.get(order_no % 211, price)
     quantity = rng.randrange(1, 6)
     currency = CURRENCIES[rng.randrange(len(CURRENCIES))]
     path = ["created", "paid", "shipped"] if rng.random() < 0.8 else ["created", "cancelled"]
@@ -218,37 +216,21 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
     for n, event in enumerate(emitted):
         event["event_time"] = opts.start_time + n * step
         if rng.random() < opts.late_rate:
-            minutes = rng.randrange(*opts.late_by_minutes)
-            late_delay[n] = int(timedelta(minutes=minutes) / step)
+            late_delay[n] = int(timedelta(minutes=rng.randrange(*opts.late_by_minutes)) / step)
         if rng.random() < opts.extra_field_rate:
             event["channel"] = rng.choice(["web", "app", "store"])
             event["note"] = {"gift": rng.random() < 0.5}
     slots: list[tuple[int, int, StreamRecord]] = []
     for n, event in enumerate(emitted):
-        fields = {**event, "event_time": _iso(event["event_time"])}
-        value = encode_event(fields)
+        value = encode_event({**event, "event_time": _iso(event["event_time"])})
         null_key = rng.random() < opts.null_key_rate
         key = None if null_key else event["order_id"].encode()
-        partition = _partition_for(
-            event["event_id"] if null_key else event["order_id"], opts.partitions
-        )
+        partition = _partition_for(event["event_id" if null_key else "order_id"], opts.partitions)
         headers = (("source", b"lakehouse-producer"),) if n % 3 else ()
         position = n + late_delay[n]
-        slots.append(
-            (
-                position,
-                0,
-                StreamRecord(
-                    key,
-                    value,
-                    partition,
-                    "event",
-                    event["event_id"],
-                    late=late_delay[n] > 0,
-                    headers=headers,
-                ),
-            )
-        )
+        late = late_delay[n] > 0
+        record = StreamRecord(key, value, partition, "event", event["event_id"], late, headers)
+        slots.append((position, 0, record))
         if rng.random() < opts.redelivery_rate:
             # a retry soon after, or a replay much later, maybe on another partition
             later = position + (
@@ -256,17 +238,9 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
                 if rng.random() < 0.7
                 else rng.randrange(50, max(51, len(emitted)))
             )
-            other = rng.random() < 0.5
-            part = (partition + 1) % opts.partitions if other else partition
-            slots.append(
-                (
-                    later,
-                    1,
-                    StreamRecord(
-                        key, value, part, "redelivery", event["event_id"], headers=headers
-                    ),
-                )
-            )
+            part = (partition + 1) % opts.partitions if rng.random() < 0.5 else partition
+            redelivery = replace(record, partition=part, kind="redelivery", late=False)
+            slots.append((later, 1, redelivery))
     invalid_count = round(len(emitted) * opts.invalid_rate)
     if opts.invalid_rate > 0:
         invalid_count = max(invalid_count, len(INVALID_KINDS))
@@ -278,5 +252,5 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
         position = rng.randrange(len(emitted) + 1)
         key = template["order_id"].encode() if rng.random() < 0.8 else None
         slots.append((position, 2, StreamRecord(key, value, rng.randrange(opts.partitions), kind)))
-    slots.sort(key=lambda s: (s[0], s[1]))
+    slots.sort(key=lambda s: s[:2])
     return StreamPlan(opts, [s[2] for s in slots])

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
@@ -61,28 +62,23 @@ def produce_plan(
     plan: StreamPlan,
     topic: str,
     *,
-    partitions: int | None = None,
     track: bool = True,
     progress: bool = False,
 ) -> ProduceReport:
     """Send every record of `plan` in order; return what Kafka acknowledged, with offsets."""
-    partitions = partitions or plan.options.partitions
-    ensure_topic(conf, topic, partitions, conf.stream(conf.producer.stream).replication_factor)
+    replication = conf.stream(conf.producer.stream).replication_factor
+    ensure_topic(conf, topic, plan.options.partitions, replication)
     producer = Producer(producer_settings(conf))
-    offsets: list[tuple[int, int] | None] = [None] * len(plan.records) if track else []
+    offsets: dict[int, tuple[int, int]] = {}  # record index -> (partition, offset)
     errors: list[str] = []
 
-    def on_delivery(index: int):
-        def callback(err: KafkaError | None, msg) -> None:
-            if err is not None:
-                errors.append(f"{topic}[{msg.partition()}]: {err.str()}")
-            elif track:
-                offsets[index] = (msg.partition(), msg.offset())
+    def on_delivery(index: int, err: KafkaError | None, msg) -> None:
+        if err is not None:
+            errors.append(f"{topic}[{msg.partition()}]: {err.str()}")
+        elif track:
+            offsets[index] = (msg.partition(), msg.offset())
 
-        return callback
-
-    started = time.monotonic()
-    last_report = started
+    started = last_report = time.monotonic()
     total = len(plan.records)
     for i, rec in enumerate(plan.records):
         while True:
@@ -93,7 +89,7 @@ def produce_plan(
                     key=rec.key,
                     partition=rec.partition,
                     headers=list(rec.headers) or None,
-                    on_delivery=on_delivery(i),
+                    on_delivery=partial(on_delivery, i),
                 )
                 break
             except BufferError:
@@ -114,15 +110,10 @@ def produce_plan(
             f"{conf.kafka.bootstrap_servers}: {'; '.join(errors[:3]) or 'timed out'}"
         )
     seconds = time.monotonic() - started
-    delivered = []
-    if track:
-        for rec, po in zip(plan.records, offsets, strict=True):
-            assert po is not None
-            delivered.append(
-                DeliveredRecord(
-                    po[0], po[1], rec.key, rec.value, rec.kind, rec.event_id, rec.late, rec.headers
-                )
-            )
+    delivered = [
+        DeliveredRecord(*offsets[i], r.key, r.value, r.kind, r.event_id, r.late, r.headers)
+        for i, r in enumerate(plan.records if track else [])
+    ]
     if progress:
         print(
             f"produce: {total:,} records to {topic} in {seconds:.1f}s "
@@ -136,17 +127,7 @@ def write_manifest(report: ProduceReport, path: Path) -> None:
     """One JSON line per record (partition, offset, kind, event_id, key, value as latin-1 text)."""
     with path.open("w") as f:
         for d in report.delivered:
-            f.write(
-                json.dumps(
-                    {
-                        "partition": d.partition,
-                        "offset": d.offset,
-                        "kind": d.kind,
-                        "event_id": d.event_id,
-                        "late": d.late,
-                        "key": None if d.key is None else d.key.decode("latin-1"),
-                        "value": d.value.decode("latin-1"),
-                    }
-                )
-                + "\n"
-            )
+            row = {k: getattr(d, k) for k in ("partition", "offset", "kind", "event_id", "late")}
+            row["key"] = None if d.key is None else d.key.decode("latin-1")
+            row["value"] = d.value.decode("latin-1")
+            f.write(json.dumps(row) + "\n")

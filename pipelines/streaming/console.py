@@ -42,11 +42,9 @@ class ConsoleProgress:
     callback from the JVM is involved (nothing to race with at shutdown, Spark Connect-safe).
     """
 
-    def __init__(self, name: str, stream=None) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.stream = stream or sys.stderr
-        self.rows = 0
-        self.batches = 0
+        self.rows = self.batches = 0
         self.last_batch = -1
 
     def update(self, query) -> None:
@@ -59,19 +57,18 @@ class ConsoleProgress:
                 self.last_batch = p.batchId
                 self._print(p)
         except Exception as e:  # progress is a courtesy: a surprise in a report must not stop a job
-            print(f"[{self.name}] (progress unavailable: {e})", file=self.stream, flush=True)
+            print(f"[{self.name}] (progress unavailable: {e})", file=sys.stderr, flush=True)
 
     def _print(self, p) -> None:
-        rows = p.numInputRows
-        self.rows += rows
+        self.rows += p.numInputRows
         self.batches += 1
         lags = [kafka_lag(s.latestOffset, s.endOffset) for s in p.sources]
         known = [x for x in lags if x is not None]
         duration = p.durationMs.get("triggerExecution", 0) / 1000
         line = (
-            f"[{self.name}] batch {p.batchId}: {rows:,} rows in {duration:.1f}s "
+            f"[{self.name}] batch {p.batchId}: {p.numInputRows:,} rows in {duration:.1f}s "
             f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far"
         )
         if known:
             line += f", lag {sum(known):,} offsets"
-        print(line, file=self.stream, flush=True)
+        print(line, file=sys.stderr, flush=True)

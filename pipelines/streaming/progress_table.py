@@ -30,6 +30,8 @@ SCHEMA = (
     "kafka_lag_per_partition map<string,bigint>, sources string, job_run_id string, "
     "task string, host string, event_date string"
 )
+# What the `sources` column keeps of each source's progress.
+SOURCE_FIELDS = ("description", "startOffset", "endOffset", "latestOffset", "numInputRows")
 
 
 def declaration(conf: LakehouseConf) -> Table:
@@ -43,13 +45,9 @@ def declaration(conf: LakehouseConf) -> Table:
 
 def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> dict:
     """One progress-table row of a StreamingQueryProgress."""
-    lags: dict[str, int] = {}
-    kafka = False
-    for s in p.sources:
-        part = kafka_lag_per_partition(s.latestOffset, s.endOffset)
-        if part is not None:
-            kafka = True
-            lags.update(part)
+    per_source = [kafka_lag_per_partition(s.latestOffset, s.endOffset) for s in p.sources]
+    kafka = [part for part in per_source if part is not None]  # one per Kafka source
+    lags = {key: lag for part in kafka for key, lag in part.items()}
     when = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
     return {
         "event_time": when,
@@ -67,18 +65,7 @@ def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> d
         "state_memory_bytes": sum(op.memoryUsedBytes for op in p.stateOperators),
         "kafka_lag": sum(lags.values()) if kafka else None,
         "kafka_lag_per_partition": lags if kafka else None,
-        "sources": json.dumps(
-            [
-                {
-                    "description": s.description,
-                    "startOffset": s.startOffset,
-                    "endOffset": s.endOffset,
-                    "latestOffset": s.latestOffset,
-                    "numInputRows": s.numInputRows,
-                }
-                for s in p.sources
-            ]
-        ),
+        "sources": json.dumps([{k: getattr(s, k) for k in SOURCE_FIELDS} for s in p.sources]),
         "job_run_id": job_run_id,
         "task": task,
         "host": socket.gethostname(),
@@ -92,21 +79,18 @@ class ProgressTable:
     def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
         self.spark, self.conf, self.created = spark, conf, False
         self.path = conf.table_path(conf.progress_table.table)
-        self.interval = conf.progress_table.flush_interval_s
         self.rows: list[dict] = []
         self.last_flush = time.monotonic()
         self.job_run_id = os.environ.get("LAKEHOUSE_JOB_RUN_ID")
         self.task = os.environ.get("LAKEHOUSE_TASK_KEY")
-        self.written = 0
 
     def record(self, progress) -> None:
         self.rows.append(progress_row(progress, self.job_run_id, self.task))
-        if time.monotonic() - self.last_flush >= self.interval:
+        if time.monotonic() - self.last_flush >= self.conf.progress_table.flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
-        """Append the buffered rows; a failure is reported and the rows are kept for the next
-        flush, never fatal to the job."""
+        """Append the buffered rows; on a failure, say so and keep them for the next flush."""
         self.last_flush = time.monotonic()
         if not self.rows:
             return
@@ -119,7 +103,6 @@ class ProgressTable:
                 lambda: df.write.format("delta").mode("append").save(self.path), what=self.path
             )
             self.rows = self.rows[len(rows) :]
-            self.written += len(rows)
         except Exception as e:  # progress is a courtesy: a failed append must not stop a job
             self.rows = self.rows[-10_000:]
             print(
