@@ -1,0 +1,46 @@
+import pytest
+from delta.tables import DeltaTable
+
+from bronze.ddl import column_names
+from pipelines.streaming.tables import Table, TableChangeRefusedError, ensure_table
+
+V1 = Table("gold/t", "id string NOT NULL, n bigint", partitioned_by=("id",))
+
+
+@pytest.fixture
+def conf(base_conf, tmp_path):
+    return base_conf.updated({"storage.root": str(tmp_path)})
+
+
+def test_ddl_column_names_skip_nested_commas():
+    ddl = (
+        "a string NOT NULL, b decimal(12,2), c map<string,bigint>, d array<struct<k:string,v:int>>"
+    )
+    assert column_names(ddl) == ["a", "b", "c", "d"]
+
+
+def test_a_new_nullable_column_and_a_property_are_applied_to_the_table(spark, conf):
+    path = ensure_table(spark, conf, V1)
+    v2 = Table(
+        V1.name, V1.schema + ", note string", V1.partitioned_by, {"delta.appendOnly": "true"}
+    )
+    assert ensure_table(spark, conf, v2) == path
+    assert spark.read.format("delta").load(path).columns == ["id", "n", "note"]
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert detail["properties"]["delta.appendOnly"] == "true"
+    versions = DeltaTable.forPath(spark, path).history().count()
+    ensure_table(spark, conf, v2)  # nothing left to apply: no new version
+    assert DeltaTable.forPath(spark, path).history().count() == versions
+
+
+def test_a_change_delta_cannot_apply_is_refused_with_the_difference(spark, conf):
+    ensure_table(spark, conf, V1)
+    changed = Table(V1.name, "id string, n int, extra bigint NOT NULL", partitioned_by=())
+    with pytest.raises(TableChangeRefusedError) as e:
+        ensure_table(spark, conf, changed)
+    assert str(e.value).splitlines()[1:5] == [
+        "  column id is NOT NULL, declared NULL",
+        "  column n is bigint, declared int",
+        "  new column extra is NOT NULL (only nullable ones are added)",
+        "  partitioned by ['id'], declared []",
+    ]
