@@ -79,6 +79,8 @@ def ensure_silver_tables(spark: SparkSession, conf: LakehouseConf, tables: Silve
 class UpsertSilver(IdempotentSink):
     """foreachBatch sink of the silver job; see the module docstring for what it guarantees."""
 
+    cache_batch = False  # read once, into the parsed frame, which is the one cached
+
     def __init__(self, tables: SilverTables) -> None:
         super().__init__(tables.checkpoint)
         self.tables = tables
