@@ -14,6 +14,7 @@ nullable column, a new or changed property) and refuses anything else with a rea
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -71,7 +72,8 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     """Create the table if missing, else bring it to its declaration; returns its path."""
     path = conf.table_path(table.name)
     wanted = struct(table)
-    if not DeltaTable.isDeltaTable(spark, path):
+    current = _current(spark, path)
+    if current is None:
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
         if table.partitioned_by:
             builder = builder.partitionedBy(*table.partitioned_by)
@@ -80,12 +82,11 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
         # several jobs starting at once may all create it: the losers retry and find it there
         retry_on_conflict(builder.execute, what=table.name)
         return path
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    have = spark.read.format("delta").load(path).schema
+    have, partitioned_by, properties = current
     problems, new_columns = _differences(have, wanted)
-    if tuple(detail["partitionColumns"]) != table.partitioned_by:
+    if partitioned_by != table.partitioned_by:
         problems.append(
-            f"partitioned by {list(detail['partitionColumns'])}, declared {list(table.partitioned_by)}"
+            f"partitioned by {list(partitioned_by)}, declared {list(table.partitioned_by)}"
         )
     if problems:
         raise TableChangeRefusedError(
@@ -96,11 +97,27 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     if new_columns:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in new_columns)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
-    changed = {k: v for k, v in table.properties.items() if detail["properties"].get(k) != v}
+    changed = {k: v for k, v in table.properties.items() if properties.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
     return path
+
+
+def _current(spark: SparkSession, path: str) -> tuple[StructType, tuple, dict] | None:
+    """Schema, partition columns and properties of the Delta table at `path`, None if there is
+    none; read from the log's metadata, which costs no Spark job (DESCRIBE DETAIL costs seconds)."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    if snapshot.version() < 0:
+        return None
+    meta, java = snapshot.metadata(), jvm.scala.jdk.javaapi.CollectionConverters
+    return (
+        StructType.fromJson(json.loads(meta.schemaString())),
+        tuple(java.asJava(meta.partitionColumns())),
+        dict(java.asJava(meta.configuration())),
+    )
 
 
 def _differences(have: StructType, wanted: StructType) -> tuple[list[str], list]:
