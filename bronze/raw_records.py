@@ -68,12 +68,13 @@ def find_retention_gaps(
     """Gaps between where bronze resumes (`next_offsets`) and what Kafka still holds.
 
     A partition has a gap when Kafka's first retained offset is past the next offset bronze needs
-    and something was written there (an empty, truncated partition loses nothing).
+    and something was written there (an empty, truncated partition loses nothing). A negative
+    next offset (Kafka's "earliest") needs nothing that can be gone.
     """
     gaps = []
     for partition, needed in sorted(next_offsets.items()):
         start = log_start.get(partition)
-        if start is None or start <= needed:
+        if start is None or needed < 0 or start <= needed:
             continue
         last_missing = min(start, log_end.get(partition, start)) - 1
         if last_missing >= needed:

@@ -46,10 +46,6 @@ def aggregate(events: DataFrame) -> DataFrame:
             .cast("decimal(18,2)")
             .alias("order_value"),
         )
-        .select(
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            "country",
-            *VALUE_COLUMNS,
-        )
+        .select("w.*", "country", *VALUE_COLUMNS)
+        .withColumnsRenamed({"start": "window_start", "end": "window_end"})
     )

@@ -55,11 +55,6 @@ def aggregate(events: DataFrame) -> DataFrame:
             .cast("decimal(18,2)")
             .alias("revenue"),
         )
-        .select(
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            "category",
-            "currency",
-            *VALUE_COLUMNS,
-        )
+        .select("w.*", "category", "currency", *VALUE_COLUMNS)
+        .withColumnsRenamed({"start": "window_start", "end": "window_end"})
     )

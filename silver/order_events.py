@@ -23,18 +23,6 @@ EVENT_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS][.SSSSSS][.SSS][.SS][.S]XX
 
 STRING_FIELDS = ("event_id", "order_id", "event_type", "customer_id", "product_id", "currency")
 INTEGER_FIELDS = ("seq", "quantity")
-REQUIRED_FIELDS = (
-    "event_id",
-    "order_id",
-    "seq",
-    "event_type",
-    "customer_id",
-    "product_id",
-    "quantity",
-    "unit_price",
-    "currency",
-    "event_time",
-)
 SCHEMA = (
     "event_id string NOT NULL, order_id string NOT NULL, seq bigint NOT NULL, "
     "event_type string NOT NULL, customer_id string NOT NULL, product_id string NOT NULL, "
@@ -56,6 +44,7 @@ EXPECTATIONS = (
     ("expect_column_values_to_be_between", {"column": "seq", "min_value": 1}),
 )
 EVENT_COLUMNS = column_names(SCHEMA)
+REQUIRED_FIELDS = tuple(c for c in EVENT_COLUMNS if c != "event_date")  # all but the derived one
 
 
 def _field(v: Column, name: str) -> Column:
@@ -88,93 +77,48 @@ def _checks(value: Column, parsed: Column | None) -> list[tuple[Column, Column]]
     text = value.cast("string")
     v = F.try_parse_json(text) if parsed is None else parsed
     top = F.schema_of_variant(v)
-    checks: list[tuple[Column, Column]] = [
+
+    def said(message: str, *values: Column) -> Column:
+        return F.concat(F.lit(message), *values)
+
+    def text_of(name: str) -> Column:
+        return F.try_variant_get(v, f"$.{name}", "string")
+
+    def quoted(message: str, name: str) -> Column:
+        return said(message, text_of(name), F.lit("'"))
+
+    checks = [
         (value.isNull(), F.lit("value is null")),
         (~F.is_valid_utf8(text), F.lit("value is not valid UTF-8")),
         (v.isNull(), F.lit("value is not JSON")),
-        (
-            ~top.startswith("OBJECT<"),
-            F.concat(F.lit("value is not a JSON object but "), F.lower(top)),
-        ),
+        (~top.startswith("OBJECT<"), said("value is not a JSON object but ", F.lower(top))),
     ]
-    for name in REQUIRED_FIELDS:
-        checks.append((_field(v, name).isNull(), F.lit(f"missing field '{name}'")))
-    for name in REQUIRED_FIELDS:
-        checks.append((F.is_variant_null(_field(v, name)), F.lit(f"field '{name}' is null")))
-    for name in (*STRING_FIELDS, "event_time"):
-        t = _json_type(v, name)
-        checks.append(
-            (t != "STRING", F.concat(F.lit(f"field '{name}' must be a string, got "), F.lower(t)))
-        )
-    for name in INTEGER_FIELDS:
-        t = _json_type(v, name)
-        checks.append(
-            (
-                ~_is_integer(t),
-                F.concat(F.lit(f"field '{name}' must be an integer, got "), F.lower(t)),
-            )
-        )
-    price_type = _json_type(v, "unit_price")
-    checks.append(
-        (
-            ~_is_number(price_type),
-            F.concat(F.lit("field 'unit_price' must be a number, got "), F.lower(price_type)),
-        )
-    )
-    price = _exact_price(v)
+    checks += [(_field(v, n).isNull(), F.lit(f"missing field '{n}'")) for n in REQUIRED_FIELDS]
     checks += [
-        (
-            F.try_variant_get(v, "$.seq", "decimal(38,0)") < 1,
-            F.concat(F.lit("seq must be >= 1, got "), F.try_variant_get(v, "$.seq", "string")),
-        ),
-        (
-            F.try_variant_get(v, "$.quantity", "decimal(38,0)") < 1,
-            F.concat(
-                F.lit("quantity must be >= 1, got "), F.try_variant_get(v, "$.quantity", "string")
-            ),
-        ),
-        (
-            price.isNull(),
-            F.concat(
-                F.lit("unit_price is not an exact decimal: "),
-                F.try_variant_get(v, "$.unit_price", "string"),
-            ),
-        ),
-        (price < 0, F.concat(F.lit("unit_price must be >= 0, got "), price.cast("string"))),
-        (
-            price != F.round(price, 2),
-            F.concat(F.lit("unit_price has more than 2 decimals: "), price.cast("string")),
-        ),
-        (
-            price >= 10**10,
-            F.concat(F.lit("unit_price does not fit decimal(12,2): "), price.cast("string")),
-        ),
-        (
-            ~F.try_variant_get(v, "$.event_type", "string").isin(*EVENT_TYPES),
-            F.concat(
-                F.lit("unknown event_type '"),
-                F.try_variant_get(v, "$.event_type", "string"),
-                F.lit("'"),
-            ),
-        ),
-        (
-            ~F.try_variant_get(v, "$.currency", "string").isin(*CURRENCIES),
-            F.concat(
-                F.lit("unknown currency '"),
-                F.try_variant_get(v, "$.currency", "string"),
-                F.lit("'"),
-            ),
-        ),
+        (F.is_variant_null(_field(v, n)), F.lit(f"field '{n}' is null")) for n in REQUIRED_FIELDS
+    ]
+    kinds = [(n, "a string", lambda t: t == "STRING") for n in (*STRING_FIELDS, "event_time")]
+    kinds += [(n, "an integer", _is_integer) for n in INTEGER_FIELDS]
+    for name, kind, is_kind in [*kinds, ("unit_price", "a number", _is_number)]:
+        t = _json_type(v, name)
+        checks.append((~is_kind(t), said(f"field '{name}' must be {kind}, got ", F.lower(t))))
+    for name in INTEGER_FIELDS:
+        at_least_one = F.try_variant_get(v, f"$.{name}", "decimal(38,0)") >= 1
+        checks.append((~at_least_one, said(f"{name} must be >= 1, got ", text_of(name))))
+    price = _exact_price(v)
+    price_text = price.cast("string")
+    return checks + [
+        (price.isNull(), said("unit_price is not an exact decimal: ", text_of("unit_price"))),
+        (price < 0, said("unit_price must be >= 0, got ", price_text)),
+        (price != F.round(price, 2), said("unit_price has more than 2 decimals: ", price_text)),
+        (price >= 10**10, said("unit_price does not fit decimal(12,2): ", price_text)),
+        (~text_of("event_type").isin(*EVENT_TYPES), quoted("unknown event_type '", "event_type")),
+        (~text_of("currency").isin(*CURRENCIES), quoted("unknown currency '", "currency")),
         (
             _event_time(v).isNull(),
-            F.concat(
-                F.lit("event_time is not an ISO-8601 instant with offset: '"),
-                F.try_variant_get(v, "$.event_time", "string"),
-                F.lit("'"),
-            ),
+            quoted("event_time is not an ISO-8601 instant with offset: '", "event_time"),
         ),
     ]
-    return checks
 
 
 def _exact_price(v: Column) -> Column:

@@ -30,18 +30,8 @@ KEY = "order_id"  # one row per order: its newest version
 
 def current_state(events: DataFrame) -> DataFrame:
     """One row per order: the event with the highest seq (ties: latest event_time, then event_id)."""
-    as_order = F.struct(
-        F.col("order_id"),
-        F.col("event_id"),
-        F.col("seq"),
-        F.col("event_type").alias("status"),
-        F.col("customer_id"),
-        F.col("product_id"),
-        F.col("quantity"),
-        F.col("unit_price"),
-        F.col("currency"),
-        F.col("event_time").alias("updated_at"),
-    )
+    renamed = {"status": "event_type", "updated_at": "event_time"}
+    as_order = F.struct(*[F.col(renamed.get(c, c)).alias(c) for c in ORDER_COLUMNS])
     rank = F.struct(F.col("seq"), F.col("event_time"), F.col("event_id"))
     return events.groupBy("order_id").agg(F.max_by(as_order, rank).alias("o")).select("o.*")
 

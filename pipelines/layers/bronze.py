@@ -178,9 +178,8 @@ def start_bronze(
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
     topic = stream.topic
-    watermarks = topic_watermarks(
-        conf, topic
-    )  # names the broker if unreachable, the topic if missing
+    # names the broker if it is unreachable, the topic if it is missing
+    watermarks = topic_watermarks(conf, topic)
     ensure_bronze_tables(spark, conf, stream)
 
     next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)
@@ -195,12 +194,7 @@ def start_bronze(
                 f"after the offsets in {tables.raw}: {next_offsets}",
                 file=sys.stderr,
             )
-    gaps = find_retention_gaps(
-        topic,
-        {p: o for p, o in (next_offsets or {}).items() if o >= 0},
-        {w.partition: w.low for w in watermarks},
-        {w.partition: w.high for w in watermarks},
-    )
+    gaps = _retention_gaps(topic, next_offsets or {}, watermarks)
     if gaps:
         if conf.bronze.on_data_loss == "fail":
             raise RetentionGapError(gaps, conf, tables.name)
@@ -257,20 +251,20 @@ def run_bronze(
     )
 
 
+def _retention_gaps(topic: str, next_offsets: dict[int, int], watermarks) -> list[OffsetGap]:
+    """What Kafka deleted between the offsets bronze needs next and what it still holds."""
+    lows, highs = ({w.partition: getattr(w, k) for w in watermarks} for k in ("low", "high"))
+    return find_retention_gaps(topic, next_offsets, lows, highs)
+
+
 def _explain_failure(
     e: StreamingQueryException, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables
 ) -> Exception | None:
     """A Kafka source that lost offsets to retention fails with text only: name the gap."""
     lowered = str(e).lower()
     if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
-        watermarks = topic_watermarks(conf, stream.topic)
         resume = checkpoints.resume_offsets(tables.checkpoint, stream.topic) or {}
-        gaps = find_retention_gaps(
-            stream.topic,
-            {p: o for p, o in resume.items() if o >= 0},
-            {w.partition: w.low for w in watermarks},
-            {w.partition: w.high for w in watermarks},
-        )
+        gaps = _retention_gaps(stream.topic, resume, topic_watermarks(conf, stream.topic))
         if gaps:
             return RetentionGapError(gaps, conf, tables.name)
     return None

@@ -34,7 +34,7 @@ from pipelines.layers.silver import silver_tables
 from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
-from pipelines.streaming.tables import Table, declared, ensure_table
+from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
 
 
 @dataclass(frozen=True)
@@ -184,11 +184,8 @@ def start_gold(
 ) -> StreamingQuery:
     """Start the gold query of one stream, reading its silver events as a stream."""
     tables = gold_tables(conf, stream_name)
-    needed = {tables.events: "run `lakehouse run silver` first"}
-    needed.update(dict.fromkeys(tables.dimensions.values(), "run `lakehouse seed` first"))
-    for path, what in needed.items():
-        if not DeltaTable.isDeltaTable(spark, path):
-            raise JobFailedError(f"{path} does not exist yet ({what})")
+    seeded = dict.fromkeys(tables.dimensions.values(), "run `lakehouse seed` first")
+    require_tables(spark, {tables.events: "run `lakehouse run silver` first", **seeded})
     ensure_gold_tables(spark, conf, tables)
     return start_delta_to_batches(
         spark,
@@ -196,9 +193,8 @@ def start_gold(
         sink or UpsertGold(conf, tables),
         name=f"gold_{stream_name}",
         checkpoint=tables.checkpoint,
-        max_files_per_trigger=conf.gold.max_files_per_trigger,
+        layer=conf.gold,
         once=once,
-        trigger_interval=conf.gold.trigger_interval,
     )
 
 

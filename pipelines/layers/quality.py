@@ -109,33 +109,30 @@ def _context(conf: LakehouseConf):
 
 
 def _describe(result) -> tuple[str, str | None, str, int | None]:
-    cfg = result.expectation_config
-    kwargs = dict(cfg.kwargs)
-    column = kwargs.get("column") or (
-        ",".join(kwargs["column_list"]) if "column_list" in kwargs else None
-    )
-    observed = result.result.get("observed_value")
-    unexpected = result.result.get("unexpected_count")
-    return cfg.type, column, json.dumps(observed, default=str), unexpected
+    """Expectation, column(s), observed value as JSON and unexpected count of one result."""
+    kwargs, found = result.expectation_config.kwargs, result.result
+    column = kwargs.get("column") or ",".join(kwargs.get("column_list", ())) or None
+    observed = json.dumps(found.get("observed_value"), default=str)
+    return result.expectation_config.type, column, observed, found.get("unexpected_count")
 
 
 def run_quality(
     spark: SparkSession, conf: LakehouseConf, tables: list[str] | None = None
 ) -> list[SuiteOutcome]:
     """Run the suites (of `tables`, or all whose table exists) on the tables as they are now."""
-    frames = {}
     known = [s.table for s in suites(conf)]
     unknown = sorted(set(tables or ()) - set(known))
     if unknown:
         raise InvalidConfigError(
             f"no quality suite for {', '.join(unknown)}; suites exist for {', '.join(known)}"
         )
-    for suite in suites(conf):
-        path = conf.table_path(suite.table)
-        if (tables is None or suite.table in tables) and DeltaTable.isDeltaTable(spark, path):
+    frames = {}
+    for table in tables or known:
+        path = conf.table_path(table)
+        if DeltaTable.isDeltaTable(spark, path):
             version = DeltaTable.forPath(spark, path).history(1).first()["version"]
             df = spark.read.format("delta").option("versionAsOf", version).load(path)
-            frames[suite.table] = (df, version)
+            frames[table] = (df, version)
     return check_frames(spark, conf, frames, scope="table")
 
 
@@ -161,24 +158,10 @@ def check_frames(
         frame, version = frames[suite.table]
         result = _validate(gx, context, source, suite, suite.prepare(frame))
         where = f"{suite.table} ({scope if version is None else f'version {version}'})"
-        failures = []
+        failures, head = [], (run_id, run_at, suite.table, version, scope, suite.name)
         for r in result.results:
             expectation, column, observed, unexpected = _describe(r)
-            rows.append(
-                (
-                    run_id,
-                    run_at,
-                    suite.table,
-                    version,
-                    scope,
-                    suite.name,
-                    expectation,
-                    column,
-                    bool(r.success),
-                    observed,
-                    unexpected,
-                )
-            )
+            rows.append((*head, expectation, column, bool(r.success), observed, unexpected))
             if not r.success:
                 failures.append(
                     f"{where}: {expectation}"
@@ -217,14 +200,10 @@ def check_frames(
 
 
 def _validate(gx, context, source, suite: Suite, df):
-    asset = (
-        source.add_dataframe_asset(name=suite.name)
-        if suite.name not in [a.name for a in source.assets]
-        else source.get_asset(suite.name)
-    )
+    known = {a.name: a for a in source.assets}
+    asset = known.get(suite.name) or source.add_dataframe_asset(name=suite.name)
     batch_def = next((b for b in asset.batch_definitions if b.name == "whole"), None)
-    if batch_def is None:
-        batch_def = asset.add_batch_definition_whole_dataframe("whole")
+    batch_def = batch_def or asset.add_batch_definition_whole_dataframe("whole")
     gx_suite = context.suites.add_or_update(
         gx.ExpectationSuite(name=suite.name, expectations=list(suite.expectations))
     )

@@ -24,11 +24,10 @@ from pyspark.sql.streaming import StreamingQuery
 import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.errors import JobFailedError
 from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
-from pipelines.streaming.tables import Table, declared, ensure_table
+from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
 from silver.events import batch_keys, dedupe_events, key_condition, new_events_condition
 from silver.quarantine import quarantined_records
 
@@ -145,10 +144,7 @@ def start_silver(
     """Start the silver query of one stream, reading its bronze table as a stream."""
     stream = conf.stream(stream_name)
     tables = silver_tables(conf, stream)
-    if not DeltaTable.isDeltaTable(spark, tables.bronze):
-        raise JobFailedError(
-            f"bronze table {tables.bronze} does not exist yet: run `lakehouse run bronze` first"
-        )
+    require_tables(spark, {tables.bronze: "run `lakehouse run bronze` first"})
     ensure_silver_tables(spark, conf, tables)
     return start_delta_to_batches(
         spark,
@@ -156,9 +152,8 @@ def start_silver(
         sink or UpsertSilver(tables),
         name=f"silver_{tables.names[0].split('/')[-1]}",
         checkpoint=tables.checkpoint,
-        max_files_per_trigger=conf.silver.max_files_per_trigger,
+        layer=conf.silver,
         once=once,
-        trigger_interval=conf.silver.trigger_interval,
     )
 
 

@@ -20,6 +20,8 @@ from delta.exceptions import (
 )
 from pyspark.sql import SparkSession
 
+from pipelines.config import GoldConf, SilverConf
+
 log = logging.getLogger("lakehouse.delta")
 T = TypeVar("T")
 
@@ -75,15 +77,15 @@ def start_delta_to_batches(
     *,
     name: str,
     checkpoint: str,
-    max_files_per_trigger: int | None,
+    layer: SilverConf | GoldConf,
     once: bool,
-    trigger_interval: str,
 ):
-    """Stream a Delta table's new rows into a foreachBatch sink: available-now or continuous."""
+    """Stream a Delta table's new rows into a foreachBatch sink: available-now or continuous,
+    taking the layer's trigger interval and files per micro-batch."""
     reader = spark.readStream.format("delta")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    trigger = {"availableNow": True} if once else {"processingTime": trigger_interval}
+    if layer.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", layer.max_files_per_trigger)
+    trigger = {"availableNow": True} if once else {"processingTime": layer.trigger_interval}
     return (
         reader.load(source)
         .writeStream.queryName(name)

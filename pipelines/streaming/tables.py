@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from pipelines.config import LakehouseConf
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, JobFailedError
 from pipelines.streaming.delta import retry_on_conflict
 
 
@@ -61,6 +61,13 @@ def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
         expectations=tuple(getattr(m, f"{prefix}EXPECTATIONS", ())),
         prepare=getattr(m, f"{prefix}PREPARE_FOR_EXPECTATIONS", None),
     )
+
+
+def require_tables(spark: SparkSession, needed: Mapping[str, str]) -> None:
+    """Refuse to start while a table a job reads is missing; `needed`: path -> how to create it."""
+    for path, how in needed.items():
+        if not DeltaTable.isDeltaTable(spark, path):
+            raise JobFailedError(f"table {path} does not exist yet: {how}")
 
 
 def struct(table: Table) -> StructType:
