@@ -236,16 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def set_log_level(level: str) -> None:
-    """Python's log level here; Spark's here and in the jobs started, through the configuration."""
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    os.environ["LAKEHOUSE__SPARK__LOG_LEVEL"] = level
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.log_level:
-        set_log_level(args.log_level)
+    if args.log_level:  # Python's here; Spark's through the configuration, also in jobs started
+        logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+        os.environ["LAKEHOUSE__SPARK__LOG_LEVEL"] = args.log_level
     with exit_on_known_errors():
         return args.func(load_config(args.env), args) or ExitCode.OK
 

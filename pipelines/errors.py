@@ -1,8 +1,4 @@
-"""The project's errors: one base class, and the exit code each kind of failure ends a command with.
-
-A `LakehouseError` ends a command with one readable line (`error: ...`) and its kind's exit code,
-never with only a Java stack trace. Anything else is a bug and keeps its traceback (exit 1).
-"""
+"""The project's errors: one base class, and an exit code for each kind of failure."""
 
 from __future__ import annotations
 
@@ -57,7 +53,7 @@ class QualityError(LakehouseError):
 
 @contextmanager
 def exit_on_known_errors() -> Iterator[None]:
-    """Turn a LakehouseError into `error: <message>` on stderr and its exit code."""
+    """Turn a LakehouseError into `error: <message>` on stderr and its exit code, no traceback."""
     try:
         yield
     except KeyboardInterrupt:

@@ -1,7 +1,7 @@
 """Quality job: the Great Expectations suites on the tables as they are now.
 
 Results go to `quality/results` and the Data Docs; a `fail` suite that fails ends the job with
-exit code 2 and a summary naming each failed expectation.
+exit code 5 and a summary naming each failed expectation.
 
 Usage:
     lakehouse dq [--env local] [TABLE ...]

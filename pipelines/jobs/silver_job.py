@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.config import load_config
-from pipelines.errors import exit_on_known_errors
-from pipelines.jobs.bronze_job import parse_args
+from pipelines.jobs.bronze_job import run_layer_job
 from pipelines.layers.silver import run_silver
-from pipelines.streaming.spark import build_spark
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, prog="silver", description=__doc__.splitlines()[0])
-    with exit_on_known_errors():
-        conf = load_config(args.env)
-        spark = build_spark(conf, app_name=f"lakehouse-silver-{args.stream}")
-        run_silver(spark, conf, args.stream, once=args.once, progress=not args.quiet)
-    return 0
+    return run_layer_job(argv, "silver", run_silver, __doc__)
 
 
 if __name__ == "__main__":

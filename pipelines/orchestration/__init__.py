@@ -1,2 +1,1 @@
-"""Databricks-style multi-task jobs: specs and the runner that starts each task as spark-submit.
-Never starts a JVM of its own."""
+"""Databricks-style multi-task jobs: specs, and a runner of spark-submit tasks; starts no JVM."""

@@ -1,11 +1,8 @@
 """Run a job spec on open-source Spark: each task a `spark-submit` process, like a Databricks job.
 
-Tasks start when their dependencies are done and their `run_if` holds; independent tasks run in
-parallel. A failed attempt is retried up to `max_retries` after `min_retry_interval_millis`; an
-attempt past `timeout_seconds` is stopped (SIGTERM to its process group, then SIGKILL after the
-grace period) and is TIMEDOUT. SIGINT or SIGTERM to the runner stops every running task the same
-graceful way (the layer jobs finish their micro-batch and stop their queries) and starts nothing
-new. Every attempt is a row of the runs table (`tables.job_runs`); its output is a log file.
+Independent tasks run in parallel. A task is stopped, on its timeout or on SIGINT or SIGTERM to the
+runner, by SIGTERM to its process group (the layer jobs finish their micro-batch and stop their
+queries), then SIGKILL after the grace period. Every attempt is a row of the runs table.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ def spark_submit_command(
     cmd += ["--name", task.key, "--driver-memory", memory]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars())]
     cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J2}"]
-    for key, value in settings.items():
-        cmd += ["--conf", f"{key}={value}"]
+    cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
     return [*cmd, str(task.python_file), *parameters]
 
 
@@ -61,7 +57,7 @@ def run_if_holds(run_if: RunIf, states: list[RunState]) -> bool:
 
 
 class JobRunner:
-    """Runs one spec once; `run()` returns the JobRun with every attempt."""
+    """Runs one spec once; `run()` returns the JobRun with each task's final state."""
 
     def __init__(
         self,
@@ -86,7 +82,7 @@ class JobRunner:
         self.run_id = int(time.time() * 1000)
         self.logs = conf.root / "_jobs" / "logs" / str(self.run_id)
         self.stopping = threading.Event()
-        self.done = threading.Condition()  # guards the run's states and attempts
+        self.done = threading.Condition()  # guards the run's states
         self.record_lock = threading.Lock()
 
     def _say(self, message: str) -> None:
@@ -99,10 +95,9 @@ class JobRunner:
         refs |= {"job.run_id": str(self.run_id), "job.name": self.spec.name}
         refs |= {"task.name": task.key, "task.attempt": str(attempt)}
         params = [resolve(p, refs) for p in task.parameters]
-        env = {**self.env, **task.cluster.env, "PYSPARK_PYTHON": sys.executable}
-        env |= {"PYSPARK_DRIVER_PYTHON": sys.executable, "LAKEHOUSE_TASK_KEY": task.key}
-        env |= {"LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
-        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
+        env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
         return spark_submit_command(self.conf, task, params, self.master), env
 
     def _attempt(self, task: Task, attempt: int) -> Attempt:
@@ -110,9 +105,8 @@ class JobRunner:
         log_path = self.logs / f"{task.key}-{attempt}.log"
         start = datetime.now(UTC)
         self._say(f"{task.key}: attempt {attempt} started (log {log_path})")
-        with open(log_path, "wb") as log:
+        with open(log_path, "wb", buffering=0) as log:  # unbuffered: the command line comes first
             log.write(("$ " + " ".join(cmd) + "\n").encode())
-            log.flush()
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
@@ -149,8 +143,6 @@ class JobRunner:
         return (RunState.FAILED, error) if error else (RunState.SUCCESS, "")
 
     def _record(self, run: JobRun, a: Attempt) -> None:
-        with self.done:
-            run.attempts.append(a)
         with self.record_lock:  # one writer at a time: appends never race each other
             record_attempt(self.conf, run, a)
 

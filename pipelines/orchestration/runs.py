@@ -57,7 +57,6 @@ class JobRun:
     run_id: int
     spec: JobSpec
     states: dict[str, RunState] = field(default_factory=dict)  # task -> final state
-    attempts: list[Attempt] = field(default_factory=list)
 
     @property
     def state(self) -> RunState:

@@ -1,12 +1,7 @@
-"""Job specs in the shape of the Databricks Jobs API 2.1, read and checked before anything runs.
+"""Job specs (YAML or JSON) in the shape of the Databricks Jobs API 2.1, checked before running.
 
-A spec (YAML or JSON) names tasks with `task_key`, `depends_on`, `spark_python_task`
-(`python_file`, `parameters`), `max_retries`, `min_retry_interval_millis`, `retry_on_timeout`,
-`timeout_seconds`, `run_if`, and cluster settings (`job_clusters` with `new_cluster.spark_conf`
-and `spark_env_vars`, or `existing_cluster_id`: a Spark master URL such as spark://host:7077).
-Job `parameters` (`name`, `default`) fill `{{job.parameters.<name>}}` in task parameters; also
-`{{job.run_id}}`, `{{job.name}}`, `{{task.name}}` and `{{task.attempt}}`.
-Every error names the spec file and the key, and all of them are reported at once.
+The keys are those of the API (the README lists what they do here); `existing_cluster_id` is a
+Spark master URL such as spark://host:7077. Every problem is reported at once, naming file and key.
 """
 
 from __future__ import annotations
@@ -211,10 +206,9 @@ class _SpecReader:
         if not isinstance(params, list):
             self.problems.append(f"{where}.parameters: expected a list of strings")
             params = []
-        for ref in REFERENCE.findall(" ".join(map(str, params))):
-            name = ref.removeprefix("job.parameters.")
-            if ref not in BUILTIN_REFERENCES and (name == ref or name not in self.parameters):
-                self.problems.append(f"{where}.parameters: unknown reference {{{{{ref}}}}}")
+        known = {*BUILTIN_REFERENCES, *(f"job.parameters.{name}" for name in self.parameters)}
+        unknown = [r for r in REFERENCE.findall(" ".join(map(str, params))) if r not in known]
+        self.problems += [f"{where}.parameters: unknown reference {{{{{r}}}}}" for r in unknown]
         return python_file, tuple(map(str, params))
 
     def _task_cluster(self, where: str, t: dict) -> Cluster:
