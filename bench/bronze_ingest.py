@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 
 from pipelines.config import load_config
@@ -31,38 +33,29 @@ from pipelines.streaming.spark import build_spark
 
 def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
     """Run Kafka's ConsumerPerformance over the topic; return its figures."""
+    tool = "org.apache.kafka.tools.ConsumerPerformance"
+    options = {
+        "--bootstrap-server": conf.kafka.bootstrap_servers,
+        "--topic": topic,
+        "--messages": str(records),
+        "--timeout": "120000",
+        "--group": f"perf-{uuid.uuid4().hex[:8]}",
+    }
     jars = kafka_jars(conf.local_broker.version)
-    cmd = [
-        java_executable(),
-        "-Xmx1g",
-        "-cp",
-        f"{jars}/*",
-        "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server",
-        conf.kafka.bootstrap_servers,
-        "--topic",
-        topic,
-        "--messages",
-        str(records),
-        "--timeout",
-        "120000",
-        "--group",
-        f"perf-{uuid.uuid4().hex[:8]}",
-    ]
+    cmd = [java_executable(), "-Xmx1g", "-cp", f"{jars}/*", tool, *chain(*options.items())]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("WARNING")]
-    header = [h.strip() for h in lines[-2].split(",")]
-    values = [v.strip() for v in lines[-1].split(",")]
+    header, values = ([cell.strip() for cell in line.split(",")] for line in lines[-2:])
     figures = dict(zip(header, values, strict=True))
+    start, end = (
+        datetime.strptime(figures[t], "%Y-%m-%d %H:%M:%S:%f") for t in ("start.time", "end.time")
+    )
     return {
         "records": float(figures["data.consumed.in.nMsg"]),
         "mb": float(figures["data.consumed.in.MB"]),
         "records_per_s": float(figures["nMsg.sec"]),
         "fetch_records_per_s": float(figures["fetch.nMsg.sec"]),
-        "seconds": (
-            datetime.strptime(figures["end.time"], "%Y-%m-%d %H:%M:%S:%f")
-            - datetime.strptime(figures["start.time"], "%Y-%m-%d %H:%M:%S:%f")
-        ).total_seconds(),
+        "seconds": (end - start).total_seconds(),
     }
 
 
@@ -76,16 +69,14 @@ def main() -> None:
     conf = load_config(args.env)
     broker.start(conf)
     topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
-    root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-"))
     conf = conf.updated(
         {
-            "storage.root": str(root),
+            "storage.root": tempfile.mkdtemp(prefix="lakehouse-bench-"),
             "streams.orders.topic": topic,
             "bronze.max_offsets_per_trigger": args.max_offsets_per_trigger,
             "spark.driver_memory": "4g",
         }
     )
-    stream = conf.stream("orders")
     # ~2.4 records per order once re-deliveries and invalid records are added
     plan = generate_orders_stream(
         StreamOptions(
@@ -113,9 +104,9 @@ def main() -> None:
     query = run_bronze(spark, conf, once=True, progress=True)
     seconds = time.monotonic() - started
     batches = [p for p in query.recentProgress if p.numInputRows]
-    batch_seconds = sum(p.durationMs["triggerExecution"] for p in batches) / 1000
-    steady = n / batch_seconds
-    rows = spark.read.format("delta").load(bronze_tables(conf, stream).raw).count()
+    batch_s = sum(p.durationMs["triggerExecution"] for p in batches) / 1000
+    steady = n / batch_s
+    rows = spark.read.format("delta").load(bronze_tables(conf, conf.stream("orders")).raw).count()
     assert rows == n, f"bronze holds {rows:,} rows, expected {n:,}"
     rate = n / seconds
     ratio = rate / perf["records_per_s"]
@@ -124,9 +115,7 @@ def main() -> None:
         f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
         f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)"
     )
-    print(
-        f"bronze batches only: {len(batches)} batches in {batch_seconds:.1f}s = {steady:,.0f} rows/s"
-    )
+    print(f"bronze batches only: {len(batches)} batches in {batch_s:.1f}s = {steady:,.0f} rows/s")
     print(
         f"ratio bronze / ConsumerPerformance: {ratio:.3f} (1 / {1 / ratio:.1f}) end to end, "
         f"{steady_ratio:.3f} (1 / {1 / steady_ratio:.1f}) in batches"
@@ -138,11 +127,11 @@ def main() -> None:
         "bronze_rows_per_s": round(rate),
         "consumer_performance": perf,
         "ratio": round(ratio, 4),
-        "bronze_batch_seconds": round(batch_seconds, 2),
+        "bronze_batch_seconds": round(batch_s, 2),
         "bronze_batch_rows_per_s": round(steady),
         "batch_ratio": round(steady_ratio, 4),
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
-        "machine": {"cores": __import__("os").cpu_count()},
+        "machine": {"cores": os.cpu_count()},
     }
     out_dir = Path(__file__).parent / "results"
     out_dir.mkdir(exist_ok=True)

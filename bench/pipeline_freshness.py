@@ -3,21 +3,14 @@
 Usage:
     .venv/bin/python bench/pipeline_freshness.py [--minutes 5] [--rate N] [--trigger "10 seconds"]
 
-1. Bronze's maximum rate: bronze drains a backlog (`--backlog` records) with `--once`; the run
-   rate is half of it (or `--rate`).
-2. The three layers start as continuous queries (one Spark application, the env's triggers or
-   `--trigger`), the dimensions are seeded, and the reference stream with every twist is sent at
-   that rate for `--minutes`, paced in real time, each record stamped with its Kafka timestamp.
-3. The producer stops, each layer drains what is left, the queries stop.
-4. Freshness of every on-time `created` and `paid` event: from its Kafka timestamp (first
-   delivery, as bronze stored it) to the commit of the gold batch that added it to its window
-   row. Resolved exactly through the tables' logs: event -> the silver/order_events commit that
-   inserted it (its file) -> the first gold batch whose checkpoint offset covers that commit ->
-   that batch's commit on the gold table (its txn version). The attribution is checked against
-   each gold batch's input row count. Printed as p50/p90/p99/max, overall and per minute.
-5. Gold's state: rows in Spark's state store per batch (its stateOperators) over the run, and the
-   size of the gold tables.
-Results also go to bench/results/pipeline_freshness-<time>.json.
+Measures bronze's maximum rate on a backlog (`--backlog` records, `--once`), then runs bronze,
+silver and gold as continuous queries in one Spark application while a paced producer sends the
+reference stream with every twist at half that rate (or `--rate`) for `--minutes`. Prints the
+freshness of every on-time `created` and `paid` event, from its Kafka timestamp to the commit of
+the gold batch that added it to its window row (event -> the silver commit that inserted it -> the
+first gold batch whose checkpoint offset covers that commit -> its txn-tagged gold commit, checked
+against each gold batch's input rows), as p50/p90/p99/max overall and per minute, and gold's
+state-store rows over the run. Results also go to bench/results/pipeline_freshness-<time>.json.
 """
 
 from __future__ import annotations
@@ -30,62 +23,69 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from itertools import chain
 from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.config import load_config
+from pipelines.config import LakehouseConf, load_config
 from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import bronze_tables, run_bronze, start_bronze
 from pipelines.layers.gold import gold_tables, seed_dimensions, start_gold
-from pipelines.layers.silver import silver_tables, start_silver
+from pipelines.layers.silver import start_silver
 from pipelines.local import broker
-from pipelines.reference.orders_stream import generate_orders_stream, with_every_twist
-from pipelines.reference.producer import producer_settings
-from pipelines.streaming.console import ConsoleProgress, kafka_lag
+from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
+from pipelines.reference.producer import produce_plan, producer_settings
+from pipelines.streaming.console import ConsoleProgress
+from pipelines.streaming.progress_table import progress_row
+from pipelines.streaming.spark import build_spark
 from silver.order_events import parse_events
 
 CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
 EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
 T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
+LAYERS = ("bronze", "silver", "gold")
+# the gold tables that windowed `paid` and `created` events land in
+REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
 
-Record = tuple[bytes | None, bytes, int]
 
-
-def generate_chunk(k: int) -> list[Record]:
+def generate_chunk(k: int) -> list:
     """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
-    span = timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
-    plan = generate_orders_stream(
-        with_every_twist(
-            orders=CHUNK_ORDERS,
-            seed=1000 + k,
-            start_time=T0 + k * span,
-            events_per_second=EVENTS_PER_SECOND,
-        )
+    start = T0 + k * timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
+    options = with_every_twist(
+        orders=CHUNK_ORDERS, seed=1000 + k, start_time=start, events_per_second=EVENTS_PER_SECOND
     )
-    return [(r.key, r.value, r.partition) for r in plan.records]
+    return generate_orders_stream(options).records
 
 
-def generate(records: int, first_chunk: int = 0) -> list[Record]:
+def generate(records: int, first_chunk: int = 0) -> list:
     """At least `records` records, generated on every core."""
     chunks = max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
-    out: list[Record] = []
-    with ProcessPoolExecutor(
-        os.cpu_count(), mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        for part in pool.map(generate_chunk, range(first_chunk, first_chunk + chunks)):
-            out.extend(part)
-    return out
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=spawn) as pool:
+        return list(chain(*pool.map(generate_chunk, range(first_chunk, first_chunk + chunks))))
+
+
+def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
+    """`conf` with an empty storage root and a new topic `bench.<name>.<id>`, created."""
+    topic = f"bench.{name}.{uuid.uuid4().hex[:8]}"
+    root = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
+    conf = conf.updated({"storage.root": root, "streams.orders.topic": topic})
+    stream = conf.stream("orders")
+    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
+    return conf
 
 
 class PacedProducer(threading.Thread):
     """Sends records at `rate` per second of wall time, each with its Kafka timestamp = send time."""
 
-    def __init__(self, conf, topic: str, records: list[Record], rate: float) -> None:
+    def __init__(self, conf, topic: str, records: list, rate: float) -> None:
         super().__init__(daemon=True)
         self.producer = Producer(producer_settings(conf))
         self.topic, self.records, self.rate = topic, records, rate
@@ -100,46 +100,33 @@ class PacedProducer(threading.Thread):
     def run(self) -> None:
         started = time.monotonic()
         n = len(self.records)
+        send = partial(self.producer.produce, self.topic, on_delivery=self._on_delivery)
         while self.sent < n and not self.errors:
-            elapsed = time.monotonic() - started
-            due = min(n, int(elapsed * self.rate))
+            due = min(n, int((time.monotonic() - started) * self.rate))
             self.behind_s = max(self.behind_s, (due - self.sent) / self.rate)
             now_ms = int(time.time() * 1000)
             while self.sent < due:
-                key, value, partition = self.records[self.sent]
+                r = self.records[self.sent]
                 try:
-                    self.producer.produce(
-                        self.topic,
-                        value=value,
-                        key=key,
-                        partition=partition,
-                        timestamp=now_ms,
-                        on_delivery=self._on_delivery,
-                    )
+                    send(value=r.value, key=r.key, partition=r.partition, timestamp=now_ms)
+                    self.sent += 1
                 except BufferError:
                     self.producer.poll(0.01)
-                    continue
-                self.sent += 1
             self.producer.poll(0)
             time.sleep(0.01)
         self.producer.flush(60)
 
 
-def delta_commits(table: str) -> list[dict]:
+def delta_commits(table: str) -> Iterator[dict]:
     """Every commit of a Delta table: version, commit time (ms), txn ids, added file names."""
-    commits = []
     for f in sorted(Path(table, "_delta_log").glob("*.json")):
-        entry = {"version": int(f.stem), "files": [], "txn": []}
-        for line in f.read_text().splitlines():
-            action = json.loads(line)
-            if "commitInfo" in action:
-                entry["ms"] = action["commitInfo"]["timestamp"]
-            elif "add" in action:
-                entry["files"].append(action["add"]["path"].rsplit("/", 1)[-1])
-            elif "txn" in action:
-                entry["txn"].append((action["txn"]["appId"], action["txn"]["version"]))
-        commits.append(entry)
-    return commits
+        actions = [json.loads(line) for line in f.read_text().splitlines()]
+        yield {
+            "version": int(f.stem),
+            "ms": next(a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a),
+            "files": [a["add"]["path"].rsplit("/", 1)[-1] for a in actions if "add" in a],
+            "txn": [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a],
+        }
 
 
 def gold_batch_ends(checkpoint: str) -> dict[int, tuple[int, int]]:
@@ -153,12 +140,9 @@ def gold_batch_ends(checkpoint: str) -> dict[int, tuple[int, int]]:
 
 
 def first_covering_batch(ends: dict[int, tuple[int, int]], version: int) -> int | None:
-    """The first gold batch whose end offset includes silver `version` (index -1: none of it)."""
-    for batch in sorted(ends):
-        v, index = ends[batch]
-        if version < v or (version == v and index >= 0):
-            return batch
-    return None
+    """The first gold batch whose end offset includes silver `version`: it ends at a later
+    version, or at that one with an index >= 0 (index -1: none of it)."""
+    return next((batch for batch, end in sorted(ends.items()) if (version, 0) <= end), None)
 
 
 def percentiles(df, column: str) -> dict[str, float]:
@@ -169,95 +153,72 @@ def percentiles(df, column: str) -> dict[str, float]:
     ).first()
     if not row["n"]:
         return {"n": 0}
-    return {
-        "n": row["n"],
-        "p50": row["p"][0],
-        "p90": row["p"][1],
-        "p99": row["p"][2],
-        "max": float(row["max"]),
-    }
+    p50, p90, p99 = row["p"]
+    return {"n": row["n"], "p50": p50, "p90": p90, "p99": p99, "max": float(row["max"])}
 
 
-def measure_bronze_max(spark: SparkSession, conf, records: list[Record]) -> float:
-    topic = f"bench.max.{uuid.uuid4().hex[:8]}"
-    root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-max-"))
-    c = conf.updated({"storage.root": str(root), "streams.orders.topic": topic})
-    stream = c.stream("orders")
-    ensure_topic(c, topic, stream.partitions, stream.replication_factor)
-    producer = PacedProducer(c, topic, records, rate=1e12)
-    producer.run()
+def measure_bronze_max(spark: SparkSession, conf: LakehouseConf, records: list) -> float:
+    """Bronze's rate (rows/s) draining `records` from a new topic with `--once`."""
+    conf = fresh(conf, "max")
+    stream = conf.stream("orders")
+    produce_plan(conf, StreamPlan(with_every_twist(), records), stream.topic, track=False)
     started = time.monotonic()
-    run_bronze(spark, c, once=True, progress=False)
+    run_bronze(spark, conf, once=True, progress=False)
     seconds = time.monotonic() - started
-    rows = spark.read.format("delta").load(bronze_tables(c, stream).raw).count()
+    rows = spark.read.format("delta").load(bronze_tables(conf, stream).raw).count()
     assert rows == len(records), f"bronze holds {rows:,} rows, expected {len(records):,}"
     return len(records) / seconds
 
 
-def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
-    stream = conf.stream("orders")
-    bronze, silver, gold = (
-        bronze_tables(conf, stream),
-        silver_tables(conf, stream),
-        gold_tables(conf),
-    )
-    silver_commits = delta_commits(silver.events)
-    file_version = [(name, c["version"], c["ms"]) for c in silver_commits for name in c["files"]]
+def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress: dict) -> dict:
+    gold = gold_tables(conf)
+    delta = spark.read.format("delta")
     ends = gold_batch_ends(gold.checkpoint)
-    batch_of_version = {
-        c["version"]: first_covering_batch(ends, c["version"]) for c in silver_commits
-    }
-    commit_ms: dict[tuple[str, int], int] = {}
-    for table, name in (
-        (gold.aggregates["gold/revenue_by_category_1m"], "revenue"),
-        (gold.aggregates["gold/orders_by_country_5m"], "countries"),
-    ):
-        for c in delta_commits(table):
-            for app_id, version in c["txn"]:
-                if app_id.startswith(f"gold:{name}:"):
-                    commit_ms[(name, version)] = c["ms"]
-
     files = spark.createDataFrame(
-        file_version, "file string, silver_version bigint, silver_ms bigint"
+        [
+            (name, c["ms"], first_covering_batch(ends, c["version"]))
+            for c in delta_commits(gold.events)  # the silver events gold reads
+            for name in c["files"]
+        ],
+        "file string, silver_ms bigint, gold_batch bigint",
     )
-    batches = spark.createDataFrame(
-        [(v, b) for v, b in batch_of_version.items()], "silver_version bigint, gold_batch bigint"
-    )
+    # the sink tags each gold table's commit with txn (`<table>:<query id>`, batch id)
     commits = spark.createDataFrame(
-        [(n, b, ms) for (n, b), ms in commit_ms.items()],
-        "gold_table string, gold_batch bigint, gold_ms bigint",
+        [
+            (name, batch, c["ms"])
+            for name in (REVENUE, COUNTRIES)
+            for c in delta_commits(gold.aggregates[name])
+            for app_id, batch in c["txn"]
+            if app_id.startswith(f"{name}:")
+        ],
+        "table string, gold_batch bigint, gold_ms bigint",
     )
     sent = (
-        spark.read.format("delta")
-        .load(bronze.raw)
+        delta.load(bronze_tables(conf, conf.stream("orders")).raw)
         .transform(parse_events)
         .where(F.col("reason").isNull())
         .groupBy("event_id")
         .agg(F.min("kafka_timestamp").alias("kafka_timestamp"))
     )
     events = (
-        spark.read.format("delta")
-        .load(silver.events)
+        delta.load(gold.events)
         .select("event_id", "event_type", F.col("_metadata.file_name").alias("file"))
         .join(files, "file")
-        .join(batches, "silver_version")
         .join(sent, "event_id")
         .withColumn("kafka_ms", F.unix_millis("kafka_timestamp"))
     )
     # attribution check: events per gold batch must equal the batch's input rows
-    attributed = {r[0]: r[1] for r in events.groupBy("gold_batch").count().collect()}
+    attributed = dict(events.groupBy("gold_batch").count().collect())
     reported = {b: p["rows"] for b, p in progress.get("gold", {}).items() if p["rows"]}
     mismatched = {
         b: (attributed.get(b, 0), n) for b, n in reported.items() if attributed.get(b, 0) != n
     }
-    late = spark.read.format("delta").load(gold.late).select("event_id")
+    late = delta.load(gold.late).select("event_id")
     windowed = (
         events.where(F.col("event_type").isin("created", "paid"))
         .join(late, "event_id", "left_anti")
-        .withColumn(
-            "gold_table", F.when(F.col("event_type") == "paid", "revenue").otherwise("countries")
-        )
-        .join(commits, ["gold_table", "gold_batch"])
+        .withColumn("table", F.when(F.col("event_type") == "paid", REVENUE).otherwise(COUNTRIES))
+        .join(commits, ["table", "gold_batch"])
         .withColumn("freshness_s", (F.col("gold_ms") - F.col("kafka_ms")) / 1000)
         .withColumn("to_silver_s", (F.col("silver_ms") - F.col("kafka_ms")) / 1000)
         .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
@@ -279,12 +240,8 @@ def analyse(spark: SparkSession, conf, started_ms: int, progress: dict) -> dict:
         "events_in_silver": events.count(),
         "attribution_mismatches": mismatched,
         "gold_rows": {
-            "revenue_by_category_1m": spark.read.format("delta")
-            .load(gold.aggregates["gold/revenue_by_category_1m"])
-            .count(),
-            "orders_by_country_5m": spark.read.format("delta")
-            .load(gold.aggregates["gold/orders_by_country_5m"])
-            .count(),
+            name.removeprefix("gold/"): delta.load(gold.aggregates[name]).count()
+            for name in (REVENUE, COUNTRIES)
         },
     }
     windowed.unpersist()
@@ -295,18 +252,14 @@ def collect(queries: dict, printers: dict, progress: dict) -> None:
     for name, q in queries.items():
         printers[name].update(q)
         for p in q.recentProgress:
-            state = sum(op.numRowsTotal for op in p.stateOperators)
-            lags = [kafka_lag(s.latestOffset, s.endOffset) for s in p.sources]
-            lag = (
-                sum(x for x in lags if x is not None) if any(x is not None for x in lags) else None
-            )
+            row = progress_row(p)
             progress.setdefault(name, {})[p.batchId] = {
                 "rows": p.numInputRows,
                 "seconds": p.durationMs.get("triggerExecution", 0) / 1000,
-                "state_rows": state,
+                "state_rows": row["state_rows"],
                 "state_operators": len(p.stateOperators),
                 "at": p.timestamp,
-                "lag": lag,
+                "lag": row["kafka_lag"],
             }
 
 
@@ -314,12 +267,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="how long the stream is sent")
     parser.add_argument("--rate", type=float, help="records/s (default: half of bronze's maximum)")
-    parser.add_argument(
-        "--backlog", type=int, default=500_000, help="records to measure bronze's max"
-    )
-    parser.add_argument(
-        "--trigger", help="trigger interval of all three layers (default: the env's)"
-    )
+    parser.add_argument("--backlog", type=int, default=500_000, help="records for bronze's max")
+    parser.add_argument("--trigger", help="trigger interval of every layer (default: the env's)")
     parser.add_argument("--env", default="local")
     args = parser.parse_args()
 
@@ -327,39 +276,28 @@ def main() -> None:
     broker.start(conf)
     conf = conf.updated({"spark.driver_memory": "6g"})
     if args.trigger:
-        conf = conf.updated(
-            {f"{x}.trigger_interval": args.trigger for x in ("bronze", "silver", "gold")}
-        )
-    from pipelines.streaming.spark import build_spark
-
+        conf = conf.updated({f"{layer}.trigger_interval": args.trigger for layer in LAYERS})
+    triggers = {layer: getattr(conf, layer).trigger_interval for layer in LAYERS}
     spark = build_spark(conf, app_name="bench-pipeline-freshness")
     # keep every batch's offsets for the attribution (Spark keeps 100 by default)
     spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100000")
 
-    rate = args.rate
-    backlog: list[Record] = []
+    rate, bronze_max = args.rate, None
     if rate is None:
         print(f"generating a backlog of {args.backlog:,} records ...", flush=True)
-        backlog = generate(args.backlog)[: args.backlog]
-        bronze_max = measure_bronze_max(spark, conf, backlog)
+        bronze_max = measure_bronze_max(spark, conf, generate(args.backlog)[: args.backlog])
         rate = bronze_max / 2
         print(
             f"bronze maximum: {bronze_max:,.0f} rows/s (backlog drained with --once); "
             f"running at half: {rate:,.0f} records/s",
             flush=True,
         )
-    else:
-        bronze_max = None
     total = int(rate * args.minutes * 60)
     print(f"generating {total:,} records ...", flush=True)
     records = generate(total, first_chunk=100)[:total]
-    del backlog
 
-    topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
-    root = Path(tempfile.mkdtemp(prefix="lakehouse-bench-fresh-"))
-    conf = conf.updated({"storage.root": str(root), "streams.orders.topic": topic})
-    stream = conf.stream("orders")
-    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
+    conf = fresh(conf, "orders")
+    topic = conf.stream("orders").topic
     seed_dimensions(spark, conf)
     queries = {"bronze": start_bronze(spark, conf)}
     queries["silver"] = start_silver(spark, conf)
@@ -367,9 +305,8 @@ def main() -> None:
     printers = {name: ConsoleProgress(name) for name in queries}
     progress: dict = {}
     print(
-        f"sending {total:,} records to {topic} at {rate:,.0f}/s for {args.minutes} min; "
-        f"triggers: bronze {conf.bronze.trigger_interval}, silver {conf.silver.trigger_interval}, "
-        f"gold {conf.gold.trigger_interval}",
+        f"sending {total:,} records to {topic} at {rate:,.0f}/s for {args.minutes} min; triggers: "
+        + ", ".join(f"{layer} {trigger}" for layer, trigger in triggers.items()),
         flush=True,
     )
     started_ms = int(time.time() * 1000)
@@ -383,12 +320,12 @@ def main() -> None:
                 raise RuntimeError(f"{name} failed: {q.exception()}")
     if producer.errors:
         raise RuntimeError(f"producer: {producer.errors[:3]}")
-    sent_s = (time.time() * 1000 - started_ms) / 1000
+    sent_s = time.time() - started_ms / 1000
     print(f"sent {producer.sent:,} records in {sent_s:.1f}s; draining ...", flush=True)
-    for name in ("bronze", "silver", "gold"):
-        queries[name].processAllAvailable()
+    for q in queries.values():
+        q.processAllAvailable()
         collect(queries, printers, progress)
-    drained_s = (time.time() * 1000 - started_ms) / 1000 - sent_s
+    drained_s = time.time() - started_ms / 1000 - sent_s
     for q in queries.values():
         q.stop()
 
@@ -399,51 +336,39 @@ def main() -> None:
         state_rows[min(len(state_rows) - 1, len(state_rows) * q // 4)] for q in (1, 2, 3, 4)
     ]
     f, s = result["freshness_s"], result["kafka_to_silver_s"]
-    print()
-    print(
+    report = [
         f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({producer.sent:,} records; "
         f"bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s); "
-        f"producer at worst {producer.behind_s:.2f}s behind its schedule"
-    )
-    print(f"drain after the producer stopped: {drained_s:.1f}s")
-    print(
+        f"producer at worst {producer.behind_s:.2f}s behind its schedule",
+        f"drain after the producer stopped: {drained_s:.1f}s",
         f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
-        f"events: p50 {f['p50']:.1f}s, p90 {f['p90']:.1f}s, p99 {f['p99']:.1f}s, max {f['max']:.1f}s"
-    )
-    print(
-        f"  of which Kafka -> silver/order_events committed: p50 {s['p50']:.1f}s, p99 {s['p99']:.1f}s"
-    )
-    print(
+        f"events: p50 {f['p50']:.1f}s, p90 {f['p90']:.1f}s, p99 {f['p99']:.1f}s, max {f['max']:.1f}s",
+        f"  of which Kafka -> silver/order_events committed: p50 {s['p50']:.1f}s, p99 {s['p99']:.1f}s",
         "  per minute of sending (p50 / p99): "
-        + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}s" for m, v in result["per_minute"].items())
-    )
-    print(
+        + ", ".join(
+            f"{m}: {v['p50']:.1f}/{v['p99']:.1f}s" for m, v in result["per_minute"].items()
+        ),
         f"gold state store rows per batch at 25/50/75/100% of {len(state_rows)} batches: {quarters} "
-        f"(state operators: {max((p['state_operators'] for p in gold_batches.values()), default=0)})"
-    )
-    print(f"gold tables: {result['gold_rows']}; late events recorded: {result['late_events']:,}")
-    print(
+        f"(state operators: {max((p['state_operators'] for p in gold_batches.values()), default=0)})",
+        f"gold tables: {result['gold_rows']}; late events recorded: {result['late_events']:,}",
         f"attribution check (events per gold batch = its input rows): "
-        f"{'ok' if not result['attribution_mismatches'] else result['attribution_mismatches']}"
-    )
-    for name in ("bronze", "silver", "gold"):
+        f"{'ok' if not result['attribution_mismatches'] else result['attribution_mismatches']}",
+    ]
+    for name in queries:
         b = progress.get(name, {})
         busy = [p for p in b.values() if p["rows"]]
-        print(
+        report.append(
             f"{name}: {len(b)} batches, {sum(p['rows'] for p in b.values()):,} rows, median "
             f"batch {sorted(p['seconds'] for p in busy)[len(busy) // 2] if busy else 0:.1f}s"
         )
+    print("\n" + "\n".join(report))
     out = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "rate": rate,
         "bronze_max": bronze_max,
         "seconds": sent_s,
         "records": producer.sent,
-        "triggers": [
-            conf.bronze.trigger_interval,
-            conf.silver.trigger_interval,
-            conf.gold.trigger_interval,
-        ],
+        "triggers": list(triggers.values()),
         "drain_seconds": drained_s,
         "state_rows_quarters": quarters,
         **result,

@@ -14,6 +14,7 @@ median seconds per batch and the ratio between the largest and the smallest tabl
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -29,18 +30,11 @@ from pipelines.config import load_config
 from pipelines.layers.silver import ensure_silver_tables, silver_tables
 from pipelines.streaming.spark import build_spark
 from silver.events import key_condition
-from silver.orders import (
-    KEY,
-    ORDER_COLUMNS,
-    current_state,
-    is_newer,
-)
+from silver.orders import KEY, ORDER_COLUMNS, current_state, is_newer
 
 ROWS_PER_FILE = 1_000_000
-
-
-def order_id(col):
-    return F.format_string("o-%012d", col)
+ORDER_ID = "o-%012d"  # the seeded orders and the batches' events must agree on it
+MODES = ("bounded", "unbounded")
 
 
 def seed_orders(spark: SparkSession, path: str, rows: int) -> None:
@@ -48,7 +42,7 @@ def seed_orders(spark: SparkSession, path: str, rows: int) -> None:
     (
         spark.range(0, rows, numPartitions=max(1, rows // ROWS_PER_FILE))
         .select(
-            order_id(F.col("id")).alias("order_id"),
+            F.format_string(ORDER_ID, F.col("id")).alias("order_id"),
             F.format_string("e-%012d-1", F.col("id")).alias("event_id"),
             F.lit(1).cast("bigint").alias("seq"),
             F.lit("created").alias("status"),
@@ -79,7 +73,7 @@ def batch_events(spark: SparkSession, table_rows: int, batch: int, n: int):
     )
     return updates.unionByName(inserts).select(
         F.format_string("e-%012d-%d", F.col("id"), F.col("seq")).alias("event_id"),
-        order_id(F.col("id")).alias("order_id"),
+        F.format_string(ORDER_ID, F.col("id")).alias("order_id"),
         F.col("seq").cast("bigint"),
         F.col("event_type"),
         F.lit("c-00001").alias("customer_id"),
@@ -93,7 +87,6 @@ def batch_events(spark: SparkSession, table_rows: int, batch: int, n: int):
 
 def merge_batch(spark: SparkSession, path: str, events, bounded: bool) -> float:
     latest = current_state(events).persist()
-    latest.count()
     lo, hi = latest.agg(F.min("order_id"), F.max("order_id")).first()
     condition = key_condition(KEY, lo, hi) if bounded else key_condition(KEY)
     started = time.monotonic()
@@ -120,7 +113,7 @@ def main() -> None:
     base = load_config("local")
     root = Path(tempfile.mkdtemp(prefix="lakehouse-merge-bench-"))
     spark = build_spark(base.updated({"storage.root": str(root)}), "bench-merge")
-    results: dict[str, dict] = {}
+    results: dict[int, dict] = {}
     for size in args.sizes:
         conf = base.updated({"storage.root": str(root / f"n{size}")})
         tables = silver_tables(conf, conf.stream("orders"))
@@ -128,44 +121,32 @@ def main() -> None:
         t0 = time.monotonic()
         seed_orders(spark, tables.state, size)
         print(f"silver/orders with {size:,} rows written in {time.monotonic() - t0:.1f}s")
-        n = 0
+        batches = (batch_events(spark, size, args.batch, n) for n in itertools.count())
         figures = {}
-        for mode in ("bounded", "unbounded"):
-            merge_batch(
-                spark, tables.state, batch_events(spark, size, args.batch, n), True
-            )  # warm-up
-            n += 1
-            times = []
-            for _ in range(args.batches):
-                times.append(
-                    merge_batch(
-                        spark,
-                        tables.state,
-                        batch_events(spark, size, args.batch, n),
-                        mode == "bounded",
-                    )
-                )
-                n += 1
+        for mode in MODES:
+            merge_batch(spark, tables.state, next(batches), bounded=True)  # warm-up
+            times = [
+                merge_batch(spark, tables.state, next(batches), bounded=mode == "bounded")
+                for _ in range(args.batches)
+            ]
             figures[mode] = statistics.median(times)
             print(
                 f"  {mode:>9} key condition: {args.batch:,}-event batch MERGE, median "
                 f"{figures[mode]:.2f}s over {len(times)} ({', '.join(f'{t:.2f}' for t in times)})"
             )
         rows = spark.read.format("delta").load(tables.state).count()
-        expected = size + n * (args.batch // 2)
+        # each mode merged a warm-up and the timed batches, each adding `batch // 2` new orders
+        expected = size + 2 * (args.batches + 1) * (args.batch // 2)
         assert rows == expected, f"{rows} rows, expected {expected}"
-        results[str(size)] = figures
-    small, large = str(min(args.sizes)), str(max(args.sizes))
-    summary = {
-        mode: results[large][mode] / results[small][mode] for mode in ("bounded", "unbounded")
-    }
+        results[size] = figures
+    small, large = min(args.sizes), max(args.sizes)
+    summary = {mode: results[large][mode] / results[small][mode] for mode in MODES}
     print(
-        f"ratio {int(large):,} / {int(small):,} rows: bounded {summary['bounded']:.2f}, "
+        f"ratio {large:,} / {small:,} rows: bounded {summary['bounded']:.2f}, "
         f"unbounded {summary['unbounded']:.2f}"
     )
-    out_dir = Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    out = out_dir / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out = Path(__file__).parent / "results" / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps({"batch": args.batch, "seconds": results, "ratio": summary}, indent=2)
     )
