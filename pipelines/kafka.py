@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -51,9 +52,8 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
         "kafka.default.api.timeout.ms": str(k.request_timeout_s * 1000),
     }
     if k.sasl_mechanism:
-        login = (
-            "plain.PlainLoginModule" if k.sasl_mechanism == "PLAIN" else "scram.ScramLoginModule"
-        )
+        plain = k.sasl_mechanism == "PLAIN"
+        login = "plain.PlainLoginModule" if plain else "scram.ScramLoginModule"
         user = (k.sasl_username or "").replace('"', '\\"')
         secret = _password(conf).replace('"', '\\"')
         options["kafka.sasl.mechanism"] = k.sasl_mechanism
@@ -69,10 +69,7 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
 
 def redacted(options: dict[str, str]) -> dict[str, str]:
     """Options fit for a log line: secrets replaced."""
-    return {
-        k: ("***" if any(s in k for s in ("jaas", "password", "secret")) else v)
-        for k, v in options.items()
-    }
+    return {k: "***" if re.search("jaas|password|secret", k) else v for k, v in options.items()}
 
 
 def admin_client(conf: LakehouseConf, timeout_s: float | None = None) -> AdminClient:

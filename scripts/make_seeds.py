@@ -25,14 +25,8 @@ def main() -> None:
         w.writerow(["product_id", "name", "category", "list_price"])
         for n in range(1, 301):
             price = (Decimal(rng.randrange(10, 50_000)) / 100).quantize(Decimal("0.01"))
-            w.writerow(
-                [
-                    f"p-{n:04d}",
-                    f"{rng.choice(WORDS).title()} {rng.choice(WORDS)} {n}",
-                    rng.choice(CATEGORIES),
-                    price,
-                ]
-            )
+            name = f"{rng.choice(WORDS).title()} {rng.choice(WORDS)} {n}"
+            w.writerow([f"p-{n:04d}", name, rng.choice(CATEGORIES), price])
     with (out / "customers.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["customer_id", "name", "country", "segment"])

@@ -11,13 +11,17 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT
+from subprocess import DEVNULL, STDOUT, Popen
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import admin_client
 from pipelines.local.jars import java_executable, kafka_jars
 from pipelines.local.processes import pid_alive, terminate
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+LOG4J2 = RESOURCES / "kafka-log4j2.properties"
+SERVER_PROPERTIES = RESOURCES / "kafka-server.properties"  # a str.format template
 
 
 class LocalBrokerError(JobFailedError):
@@ -37,65 +41,11 @@ def _paths(conf: LakehouseConf) -> dict[str, Path]:
     return {
         "dir": d,
         "props": d / "server.properties",
-        "log4j": d / "log4j2.properties",
         "logs": d / "logs",
         "data": d / "kraft-logs",
         "pid": d / "broker.pid",
         "out": d / "logs" / "server.out",
     }
-
-
-def _address(conf: LakehouseConf) -> str:
-    return f"{conf.local_broker.host}:{conf.local_broker.port}"
-
-
-def _server_properties(conf: LakehouseConf, data: Path) -> str:
-    b = conf.local_broker
-    return f"""# Written by `lakehouse kafka start`; edits are overwritten.
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers={b.host}:{b.controller_port}
-listeners=PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}
-advertised.listeners=PLAINTEXT://{b.host}:{b.port}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
-num.partitions=4
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-log.retention.hours=168
-log.segment.bytes=268435456
-message.max.bytes=10485760
-"""
-
-
-LOG4J2 = """status = warn
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = ${sys:kafka.logs.dir}/server.log
-appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = 50MB
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = 3
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
 
 
 def _our_pid(conf: LakehouseConf) -> int | None:
@@ -130,7 +80,7 @@ def _answers(conf: LakehouseConf, timeout: float = 3.0) -> bool:
 def status(conf: LakehouseConf) -> BrokerStatus:
     """Whether our broker runs and answers at its address."""
     pid = _our_pid(conf)
-    address = _address(conf)
+    address = f"{conf.local_broker.host}:{conf.local_broker.port}"
     if pid is None:
         if _port_in_use(conf.local_broker.host, conf.local_broker.port):
             return BrokerStatus(False, None, address, f"port {address} is used by another process")
@@ -172,24 +122,20 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
             )
     for d in (p["dir"], p["logs"], p["data"]):
         d.mkdir(parents=True, exist_ok=True)
-    p["props"].write_text(_server_properties(conf, p["data"]))
-    p["log4j"].write_text(LOG4J2)
-    jvm = [java, f"-Dlog4j2.configurationFile={p['log4j']}", f"-Dkafka.logs.dir={p['logs']}"]
+    p["props"].write_text(SERVER_PROPERTIES.read_text().format(**b.model_dump(), data=p["data"]))
+    jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dkafka.logs.dir={p['logs']}"]
     jvm += ["-cp", f"{kafka_jars(b.version)}/*"]
     pid = current.pid
     if pid is None:
         if not (p["data"] / "meta.properties").exists():
             _format_storage(jvm, p)
         say(
-            f"kafka: starting Apache Kafka {b.version} (KRaft) at {_address(conf)}, data in {p['dir']}"
+            f"kafka: starting Apache Kafka {b.version} (KRaft) at {current.address}, data in {p['dir']}"
         )
         heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
         cmd = [*jvm, *heap, "kafka.Kafka", str(p["props"])]
         with open(p["out"], "ab") as out:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True
-            )
-        pid = proc.pid
+            pid = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True).pid
         p["pid"].write_text(str(pid))
     deadline = time.monotonic() + b.start_timeout_s
     while time.monotonic() < deadline:
@@ -204,7 +150,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
             return st
         time.sleep(0.5)
     raise LocalBrokerError(
-        f"Kafka did not answer at {_address(conf)} within {b.start_timeout_s}s; "
+        f"Kafka did not answer at {current.address} within {b.start_timeout_s}s; "
         f"see {p['logs'] / 'server.log'}"
     )
 

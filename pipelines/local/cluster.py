@@ -54,29 +54,21 @@ def _pids(conf: LakehouseConf) -> dict[str, int]:
     return pids
 
 
-def _master_state(conf: LakehouseConf) -> dict | None:
-    c = conf.cluster
-    try:
-        with urllib.request.urlopen(f"http://{c.host}:{c.master_webui_port}/json/", timeout=2) as r:
-            return json.loads(r.read())
-    except (OSError, ValueError):
-        return None
-
-
 def status(conf: LakehouseConf) -> ClusterStatus:
+    """Whether the master answers, with its alive workers and their cores."""
     c = conf.cluster
-    state = _master_state(conf)
-    if state is None:
+    ui = f"http://{c.host}:{c.master_webui_port}"
+    try:
+        with urllib.request.urlopen(f"{ui}/json/", timeout=2) as r:
+            state = json.loads(r.read())
+    except (OSError, ValueError):
         up = f" (processes are up: starting, or stuck; see logs in {conf.cluster_dir})"
-        detail = f"master {c.master_url} does not answer on http://{c.host}:{c.master_webui_port}"
-        detail += up if _pids(conf) else ""
+        detail = f"master {c.master_url} does not answer on {ui}" + (up if _pids(conf) else "")
         return ClusterStatus(False, 0, 0, detail)
     alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
     cores = sum(int(w.get("cores", 0)) for w in alive)
-    detail = (
-        f"master {c.master_url} ({state.get('status')}), {len(alive)} worker(s) alive, "
-        f"{cores} core(s), UI http://{c.host}:{c.master_webui_port}"
-    )
+    workers = f"{len(alive)} worker(s) alive, {cores} core(s)"
+    detail = f"master {c.master_url} ({state.get('status')}), {workers}, UI {ui}"
     return ClusterStatus(True, len(alive), cores, detail)
 
 
@@ -88,8 +80,7 @@ def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **optio
     # the launcher that builds executor command lines wants it (spark-class sets it)
     env["SPARK_SCALA_VERSION"] = "2.13"
     flags = [s for k, v in options.items() for s in (f"--{k.replace('_', '-')}", str(v))]
-    jars = f"{spark_home / 'jars'}/*"
-    cmd = [java_executable(), "-Xmx512m", "-cp", jars, main_class, *flags, *args]
+    cmd = [java_executable(), "-Xmx512m", "-cp", f"{spark_home}/jars/*", main_class, *flags, *args]
     with open(d / f"{name}.out", "ab") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True
@@ -99,11 +90,11 @@ def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **optio
 
 def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
     """Start the master and the workers (idempotent); return once every worker is registered."""
+    say = (lambda *_: None) if quiet else print
     c = conf.cluster
     current = status(conf)
     if current.running and current.alive_workers >= c.workers:
-        if not quiet:
-            print(f"cluster: already running: {current.detail}")
+        say(f"cluster: already running: {current.detail}")
         return current
     d = conf.cluster_dir
     d.mkdir(parents=True, exist_ok=True)
@@ -133,8 +124,7 @@ def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
                 f"last lines of {out}:\n" + "\n".join(tail)
             )
         time.sleep(0.5)
-    if not quiet:
-        print(f"cluster: {st.detail}")
+    say(f"cluster: {st.detail}")
     return st
 
 
@@ -143,7 +133,7 @@ def stop(conf: LakehouseConf, quiet: bool = False) -> None:
     pids = _pids(conf)
     for name in sorted(pids, key=lambda n: n == "master"):
         terminate(pids[name], group=True, grace_s=30)
-    for f in conf.cluster_dir.glob("*.pid") if conf.cluster_dir.exists() else []:
+    for f in conf.cluster_dir.glob("*.pid"):
         f.unlink(missing_ok=True)
     if not quiet:
         print(f"cluster: stopped ({', '.join(sorted(pids)) or 'nothing was running'})")

@@ -1,10 +1,5 @@
 """JVM jars from Maven Central, resolved once with the Apache Ivy that pyspark ships, then cached.
 
-Two sets:
-- Spark's extras (Delta Lake, Spark's Kafka source and their dependencies), minus every jar that
-  pyspark already ships, so no second copy of a library lands on the classpath;
-- the Apache Kafka broker and its tools, run by `lakehouse kafka start`.
-
 Every retrieved jar must have the SHA-256 recorded in `pipelines/resources/jars.sha256`, whatever
 repository it came from. After a deliberate version change, re-record them (and review the diff):
 
@@ -34,10 +29,10 @@ from pipelines.errors import UnreachableError, exit_on_known_errors
 DELTA_VERSION = "4.4.0"
 SPARK_VERSION = pyspark.__version__
 SCALA = "2.13"
-SPARK_PACKAGES = (
-    f"io.delta:delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}:{DELTA_VERSION}",
-    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK_VERSION}",
-)
+SPARK_PACKAGES = [
+    ("io.delta", f"delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}", DELTA_VERSION),
+    ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", SPARK_VERSION),
+]
 SPARK_FOLDER = f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
 CHECKSUMS = Path(__file__).resolve().parent.parent / "resources" / "jars.sha256"
@@ -56,9 +51,8 @@ def home() -> Path:
 def java_executable() -> str:
     """The `java` to run: $JAVA_HOME/bin/java, else the one on PATH."""
     java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return str(Path(java_home) / "bin" / "java")
-    java = shutil.which("java")
+    in_java_home = java_home and shutil.which("java", path=Path(java_home) / "bin")
+    java = in_java_home or shutil.which("java")
     if not java:
         raise JarResolutionError(
             "Java was not found: install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
@@ -76,8 +70,7 @@ def _ivy_jar() -> Path:
 
 def _artifact_name(jar: str) -> str:
     """`jackson-core-2.13.5.jar` -> `jackson-core`; `org.x__name-1.2.jar` -> `name`."""
-    name = jar.split("__", 1)[-1]
-    return re.sub(r"-\d[\w.\-]*\.jar$", "", name)
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", jar.split("__", 1)[-1])
 
 
 def _sha256(path: Path) -> str:
@@ -121,11 +114,8 @@ def _locked(folder: Path) -> Iterator[None]:
 def _resolve(
     dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str], verify: bool
 ) -> list[Path]:
-    """Retrieve the jars into `target`, then check them against the recorded checksums.
-
-    The marker holds what was verified (the dependencies and the recorded checksums), so a
-    changed checksum file resolves and verifies again; `verify=False` is for recording.
-    """
+    """Retrieve the jars into `target` and check them against the recorded checksums, unless the
+    marker says these dependencies passed these checksums already (`verify=False`: recording)."""
     expected = _recorded(target.name)
     if verify and not expected:
         raise JarResolutionError(
@@ -139,14 +129,13 @@ def _resolve(
     # One resolution at a time: Ivy's `-sync` deletes what it did not fetch itself, so a second
     # process resolving at once (a set-up next to a test run) would lose its jars.
     with _locked(target.parent):
-        if verify and marker.exists() and marker.read_text() == wanted:
-            return sorted(target.glob("*.jar"))
-        marker.unlink(missing_ok=True)
-        _retrieve(dependencies, target, excludes)
-        if verify:
-            _verify(target, expected)
-            marker.write_text(wanted)
-    return sorted(target.glob("*.jar"))
+        if not (verify and marker.exists() and marker.read_text() == wanted):
+            marker.unlink(missing_ok=True)
+            _retrieve(dependencies, target, excludes)
+            if verify:
+                _verify(target, expected)
+                marker.write_text(wanted)
+        return sorted(target.glob("*.jar"))
 
 
 def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]) -> None:
@@ -170,13 +159,8 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
 """
     )
     (work / "ivysettings.xml").write_text(
-        f"""<ivysettings>
-  <settings defaultResolver="central"/>
-  <resolvers>
-    <ibiblio name="central" m2compatible="true" root="{repo}"/>
-  </resolvers>
-</ivysettings>
-"""
+        '<ivysettings><settings defaultResolver="central"/><resolvers>\n'
+        f'  <ibiblio name="central" m2compatible="true" root="{repo}"/>\n</resolvers></ivysettings>\n'
     )
     cache = Path(os.environ.get("LAKEHOUSE_IVY_CACHE", Path.home() / ".cache/lakehouse/ivy"))
     cmd = [java_executable(), "-jar", str(_ivy_jar()), "-settings", str(work / "ivysettings.xml")]
@@ -199,14 +183,14 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
 
 
 def spark_jars(*, verify: bool = True) -> list[Path]:
-    """Delta and the Kafka source with their dependencies, minus what pyspark already has."""
+    """Delta and the Kafka source with their dependencies, minus what pyspark already ships (no
+    library lands twice on the classpath)."""
     target = home() / "jars" / SPARK_FOLDER
-    deps = [tuple(p.split(":")) for p in SPARK_PACKAGES]
     excludes = [
         f'org="org.apache.spark" module="spark-{m}_{SCALA}"' for m in ("core", "sql", "catalyst")
     ]
     excludes += [f'org="{org}"' for org in ("org.scala-lang", "org.slf4j", "org.apache.hadoop")]
-    jars = _resolve(deps, target, excludes, verify)  # type: ignore[arg-type]
+    jars = _resolve(SPARK_PACKAGES, target, excludes, verify)
     shipped = {_artifact_name(j.name) for j in PYSPARK_JARS.glob("*.jar")}
     return [j for j in jars if _artifact_name(j.name) not in shipped]
 
@@ -247,9 +231,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Fetch and verify the JVM jars.")
-    parser.add_argument(
-        "--record", action="store_true", help="write the jars' checksums to jars.sha256"
-    )
+    parser.add_argument("--record", action="store_true", help="write jars.sha256 from the jars")
     with exit_on_known_errors():
         if parser.parse_args().record:
             record()

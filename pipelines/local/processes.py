@@ -17,9 +17,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie left by our own Popen is not alive
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.split(")")[-1].split()[0] != "Z"
+    try:  # the state field of /proc/<pid>/stat, after the command name in parentheses
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
 
@@ -36,10 +35,8 @@ def _reap(pid: int, *, block: bool = False) -> int | None:
 def terminate(
     pid: int, *, group: bool, grace_s: float, on_kill: Callable[[], None] | None = None
 ) -> int | None:
-    """SIGTERM the process (or its group), SIGKILL it if it still runs after `grace_s`.
-
-    Returns our own child's exit code (it is reaped here, so a Popen would only see 0), else None.
-    """
+    """SIGTERM the process (or its group), SIGKILL it if it still runs after `grace_s`; returns
+    our own child's exit code (reaped here, so a Popen would only see 0), else None."""
     kill = os.killpg if group else os.kill
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         if sig == signal.SIGKILL and on_kill:

@@ -20,11 +20,7 @@ from pipelines.streaming.spark import build_spark
 
 def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) -> None:
     """Start Kafka, then in `rounds` rounds: produce a part of a stream with every twist and run
-    bronze, silver and gold on what arrived (as a scheduled job would); print a summary.
-
-    The stream's event time runs at 2 events/s, so it spans more than the allowed lateness and
-    the late events of the later rounds really are late for gold.
-    """
+    bronze, silver and gold on what arrived (as a scheduled job would); print a summary."""
     broker.start(conf)
     stream = conf.stream(conf.producer.stream)
     plan = generate_orders_stream(
@@ -32,6 +28,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
             orders=orders or conf.producer.orders,
             seed=conf.producer.seed,
             partitions=stream.partitions,
+            # the stream spans more than the allowed lateness: late events really are late for gold
             events_per_second=2.0,
         )
     )
@@ -45,19 +42,16 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
             print(f"  {k:<30} {v:>8,}")
     records = counts["records"]
     _bronze_summary(spark, conf, stream)
-    print(
-        f"bronze runs         {seconds['bronze']:>10.1f} s ({records / seconds['bronze']:,.0f} "
-        f"records/s, {rounds} rounds, start-up included)"
-    )
+    _print_runs("bronze", seconds, records, f"records/s, {rounds} rounds, start-up included")
     events = _silver_summary(spark, conf, stream)
-    print(
-        f"silver runs         {seconds['silver']:>10.1f} s ({records / seconds['silver']:,.0f} records/s)"
-    )
+    _print_runs("silver", seconds, records, "records/s")
     _gold_summary(spark, conf)
-    print(
-        f"gold runs           {seconds['gold']:>10.1f} s ({events / seconds['gold']:,.0f} events/s)"
-    )
+    _print_runs("gold", seconds, events, "events/s")
     _quality_summary(spark, conf)
+
+
+def _print_runs(layer: str, seconds: dict[str, float], count: int, unit: str) -> None:
+    print(f"{layer + ' runs':<20}{seconds[layer]:>10.1f} s ({count / seconds[layer]:,.0f} {unit})")
 
 
 def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, rounds: int):
@@ -119,16 +113,12 @@ def _gold_summary(spark, conf: LakehouseConf) -> None:
     countries = spark.read.format("delta").load(gt.aggregates["gold/orders_by_country_5m"])
     print(f"gold/revenue_by_category_1m {revenue.count():>6,} rows; top by revenue:")
     for r in revenue.orderBy(F.desc("revenue"), "window_start").limit(5).collect():
-        print(
-            f"  {r['window_start']:%H:%M} {r['category']:<12} {r['currency']} "
-            f"{r['paid_orders']:>3} orders {r['revenue']:>14,}"
-        )
+        window = f"{r['window_start']:%H:%M} {r['category']:<12} {r['currency']}"
+        print(f"  {window} {r['paid_orders']:>3} orders {r['revenue']:>14,}")
     print(f"gold/orders_by_country_5m   {countries.count():>6,} rows; top by value:")
     for r in countries.orderBy(F.desc("order_value"), "window_start").limit(5).collect():
-        print(
-            f"  {r['window_start']:%H:%M}-{r['window_end']:%H:%M} {r['country']:<8} "
-            f"{r['created_orders']:>3} orders {r['order_value']:>14,}"
-        )
+        window = f"{r['window_start']:%H:%M}-{r['window_end']:%H:%M} {r['country']:<8}"
+        print(f"  {window} {r['created_orders']:>3} orders {r['order_value']:>14,}")
     late = spark.read.format("delta").load(gt.late).count()
     print(f"gold/late_events            {late:>6,} rows (kept out of the windows, traced)")
 
@@ -142,6 +132,5 @@ def _quality_summary(spark, conf: LakehouseConf) -> None:
         print(f"quality             passed: {verdict}")
     except QualityCheckFailedError as e:
         print(f"quality             FAILED: {e}")
-    print(
-        f"  results in {conf.table_path(conf.tables.quality_results)}, Data Docs in {conf.root / '_quality'}"
-    )
+    results = conf.table_path(conf.tables.quality_results)
+    print(f"  results in {results}, Data Docs in {conf.root / '_quality'}")

@@ -19,18 +19,9 @@ from decimal import Decimal
 
 from silver.order_events import CURRENCIES, REQUIRED_FIELDS
 
-INVALID_KINDS = (
-    "not_json",
-    "not_object",
-    "missing_field",
-    "null_field",
-    "wrong_type",
-    "rule_broken",
-    "unknown_event_type",
-    "unknown_currency",
-    "too_many_decimals",
-    "bad_event_time",
-    "invalid_utf8",
+INVALID_KINDS = tuple(
+    "not_json not_object missing_field null_field wrong_type rule_broken unknown_event_type "
+    "unknown_currency too_many_decimals bad_event_time invalid_utf8".split()
 )
 
 
@@ -107,10 +98,6 @@ class StreamPlan:
         }
 
 
-def _partition_for(key: str, partitions: int) -> int:
-    return zlib.crc32(key.encode()) % partitions
-
-
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
@@ -119,10 +106,8 @@ def encode_event(fields: dict[str, object]) -> bytes:
     """JSON with money written as exact decimal text (never through a float)."""
     parts = []
     for name, value in fields.items():
-        if isinstance(value, Decimal):
-            text = format(value, "f")
-        else:
-            text = json.dumps(value, ensure_ascii=False)
+        exact = isinstance(value, Decimal)
+        text = format(value, "f") if exact else json.dumps(value, ensure_ascii=False)
         parts.append(f"{json.dumps(name)}: {text}")
     return ("{" + ", ".join(parts) + "}").encode("utf-8")
 
@@ -161,8 +146,7 @@ def _order_versions(rng: random.Random, opts: StreamOptions, order_no: int) -> l
 
 
 def _invalid_value(kind: str, rng: random.Random, template: dict) -> bytes:
-    bad = dict(template)
-    bad["event_id"] = f"{template['event_id']}-bad-{kind}"
+    bad = {**template, "event_id": f"{template['event_id']}-bad-{kind}"}
     if kind == "not_json":
         return b'{"event_id": "' + bad["event_id"].encode() + b'", oops'
     if kind == "not_object":
@@ -225,7 +209,8 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
         value = encode_event({**event, "event_time": _iso(event["event_time"])})
         null_key = rng.random() < opts.null_key_rate
         key = None if null_key else event["order_id"].encode()
-        partition = _partition_for(event["event_id" if null_key else "order_id"], opts.partitions)
+        partition_key = event["event_id" if null_key else "order_id"].encode()
+        partition = zlib.crc32(partition_key) % opts.partitions
         headers = (("source", b"lakehouse-producer"),) if n % 3 else ()
         position = n + late_delay[n]
         late = late_delay[n] > 0
@@ -233,11 +218,8 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
         slots.append((position, 0, record))
         if rng.random() < opts.redelivery_rate:
             # a retry soon after, or a replay much later, maybe on another partition
-            later = position + (
-                rng.randrange(1, 50)
-                if rng.random() < 0.7
-                else rng.randrange(50, max(51, len(emitted)))
-            )
+            gap = (1, 50) if rng.random() < 0.7 else (50, max(51, len(emitted)))
+            later = position + rng.randrange(*gap)
             part = (partition + 1) % opts.partitions if rng.random() < 0.5 else partition
             redelivery = replace(record, partition=part, kind="redelivery", late=False)
             slots.append((later, 1, redelivery))

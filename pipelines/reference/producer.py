@@ -58,12 +58,7 @@ def producer_settings(conf: LakehouseConf) -> dict:
 
 
 def produce_plan(
-    conf: LakehouseConf,
-    plan: StreamPlan,
-    topic: str,
-    *,
-    track: bool = True,
-    progress: bool = False,
+    conf: LakehouseConf, plan: StreamPlan, topic: str, *, track: bool = True, progress: bool = False
 ) -> ProduceReport:
     """Send every record of `plan` in order; return what Kafka acknowledged, with offsets."""
     replication = conf.stream(conf.producer.stream).replication_factor
@@ -78,6 +73,7 @@ def produce_plan(
         elif track:
             offsets[index] = (msg.partition(), msg.offset())
 
+    say = partial(print, file=sys.stderr)
     started = last_report = time.monotonic()
     total = len(plan.records)
     for i, rec in enumerate(plan.records):
@@ -99,7 +95,7 @@ def produce_plan(
             now = time.monotonic()
             if progress and now - last_report >= 2:
                 rate = i / (now - started)
-                print(f"produce: {i:,}/{total:,} records ({rate:,.0f}/s)", file=sys.stderr)
+                say(f"produce: {i:,}/{total:,} records ({rate:,.0f}/s)")
                 last_report = now
         if errors:
             break
@@ -115,11 +111,8 @@ def produce_plan(
         for i, r in enumerate(plan.records if track else [])
     ]
     if progress:
-        print(
-            f"produce: {total:,} records to {topic} in {seconds:.1f}s "
-            f"({total / max(seconds, 1e-9):,.0f}/s)",
-            file=sys.stderr,
-        )
+        rate = total / max(seconds, 1e-9)
+        say(f"produce: {total:,} records to {topic} in {seconds:.1f}s ({rate:,.0f}/s)")
     return ProduceReport(topic, plan.counts(), seconds, delivered)
 
 
