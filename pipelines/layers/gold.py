@@ -78,10 +78,9 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
 
 def seed_dimensions(spark: SparkSession, conf: LakehouseConf, stream: str = "orders") -> dict:
     """Load each dimension of a stream from `<gold.seed_dir>/<role>.csv` (replacing its rows)."""
-    s = conf.stream(stream)
-    counts = {}
-    for role, name in s.dimensions.items():
-        table = gold_tables(conf, stream).declarations[name]
+    declarations, counts = gold_tables(conf, stream).declarations, {}
+    for role, name in conf.stream(stream).dimensions.items():
+        table = declarations[name]
         file = conf.seed_dir / f"{role}.csv"
         if not file.is_file():
             raise JobFailedError(f"seed file {file} is missing (gold.seed_dir in {conf.source})")

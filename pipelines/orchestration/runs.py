@@ -29,11 +29,15 @@ class RunState(StrEnum):
 
 
 FAILED_STATES = frozenset({RunState.FAILED, RunState.TIMEDOUT, RunState.UPSTREAM_FAILED})
-_TIME = pa.timestamp("us", tz="UTC")
-_COLUMNS = {"run_id": pa.int64(), "job": pa.string(), "task": pa.string(), "attempt": pa.int32()}
-_COLUMNS |= {"state": pa.string(), "start_time": _TIME, "end_time": _TIME}
-_COLUMNS |= {"duration_s": pa.float64(), "exit_code": pa.int32(), "message": pa.string()}
-RUNS_SCHEMA = pa.schema({**_COLUMNS, "log_path": pa.string(), "spec": pa.string()})
+# Spark DDL like every table's schema; delta-rs writes it (no JVM here), so its types map to Arrow.
+SCHEMA = (
+    "run_id bigint, job string, task string, attempt int, state string, start_time timestamp, "
+    "end_time timestamp, duration_s double, exit_code int, message string, log_path string, "
+    "spec string"
+)
+_ARROW = {"bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(), "string": pa.string()}
+_ARROW["timestamp"] = pa.timestamp("us", tz="UTC")
+RUNS_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in map(str.split, SCHEMA.split(","))])
 
 
 @dataclass
