@@ -315,25 +315,22 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
 
 
 def _parse_env(keys: list[str], text: str) -> Any:
-    """An environment variable's text parsed by the type of the key it sets."""
-    if text == "":
-        return None
-    field_type = _field_type(keys)
-    # An unknown key stays text: the whole-tree check refuses it, naming the variable.
-    return text if field_type is None else TypeAdapter(field_type).validate_python(text)
+    """An environment variable's text parsed by the type of the key it sets ("" is null)."""
+    return None if text == "" else TypeAdapter(_field_type(keys)).validate_python(text)
 
 
 def _field_type(keys: list[str]) -> Any:
-    """The type of the key `keys` (a model class for a section), or None if there is no such key."""
+    """The type of the key `keys` (a model class for a section); `Any` for an unknown key, so its
+    text stays text and the whole-tree check refuses it, naming where it came from."""
     field_type: Any = LakehouseConf
     for key in keys:
         if typing.get_origin(field_type) is dict:
             field_type = typing.get_args(field_type)[1]
         elif isinstance(field_type, type) and issubclass(field_type, _Section):
             field = field_type.model_fields.get(key)
-            field_type = field and field.annotation
+            field_type = field.annotation if field else Any
         else:
-            return None
+            return Any
     return field_type
 
 

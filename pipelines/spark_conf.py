@@ -15,7 +15,7 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 def session_settings(conf: LakehouseConf) -> dict[str, str]:
     """Every setting the lakehouse needs, as `spark-submit --conf` pairs."""
-    settings = {
+    return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(conf.spark.shuffle_partitions),
@@ -32,6 +32,5 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(max(2, conf.spark.shuffle_partitions)),
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.sql.debug.maxToStringFields": "200",
+        **conf.spark.extra,
     }
-    settings.update(conf.spark.extra)
-    return settings

@@ -13,29 +13,27 @@ def _batches(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if re.fullmatch(r"\d+", p.name))
 
 
-def _source_offsets(text: str, topic: str) -> dict[int, int] | None:
-    for line in text.splitlines()[1:]:
+def _offsets_in(file: Path, topic: str) -> dict[int, int] | None:
+    """The topic's offsets per partition in a checkpoint file: the JSON line that holds them."""
+    if not file.exists():
+        return None
+    for line in file.read_text(errors="replace").splitlines():
         line = line.strip().lstrip("\x00")
         if line.startswith("{") and f'"{topic}"' in line:
             data = json.loads(line)
-            if topic in data and isinstance(data[topic], dict):
+            if isinstance(data.get(topic), dict):
                 return {int(p): int(o) for p, o in data[topic].items()}
     return None
 
 
 def batch_end_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> dict[int, int] | None:
     """The Kafka offsets a batch read up to (exclusive), from `offsets/<batch_id>`."""
-    f = Path(checkpoint) / "offsets" / str(batch_id)
-    return _source_offsets(f.read_text(errors="replace"), topic) if f.exists() else None
+    return _offsets_in(Path(checkpoint) / "offsets" / str(batch_id), topic)
 
 
 def initial_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
     """Where the query first started reading (`sources/0/0`, written by the Kafka source)."""
-    f = Path(checkpoint) / "sources" / "0" / "0"
-    if not f.exists():
-        return None
-    text = f.read_bytes().decode(errors="replace").lstrip("\x00")
-    return _source_offsets("\n" + text.split("\n", 1)[-1], topic)
+    return _offsets_in(Path(checkpoint) / "sources" / "0" / "0", topic)
 
 
 def batch_start_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> dict[int, int] | None:
@@ -55,14 +53,10 @@ def resume_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
     if not planned:
         return None
     committed = [b for b in _batches(ck / "commits") if b in planned]
-    if committed:
-        return batch_end_offsets(ck, committed[-1], topic)
-    return initial_offsets(ck, topic)
+    return batch_start_offsets(ck, max(committed, default=-1) + 1, topic)
 
 
 def query_id(checkpoint: str | Path) -> str | None:
     """The id Spark gave the query of this checkpoint (new when the checkpoint is new)."""
     f = Path(checkpoint) / "metadata"
-    if not f.exists():
-        return None
-    return json.loads(f.read_text().splitlines()[0]).get("id")
+    return json.loads(f.read_text().splitlines()[0]).get("id") if f.exists() else None

@@ -36,28 +36,36 @@ def is_batch(progress) -> bool:
 
 
 class ConsoleProgress:
-    """Prints one line per micro-batch, the way Spark users read progress.
+    """Follows a query's micro-batches and prints one line per batch (unless `quiet`).
 
     It polls the query's own progress reports from the thread that waits for the query, so no
     callback from the JVM is involved (nothing to race with at shutdown, Spark Connect-safe).
     """
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, *, quiet: bool = False) -> None:
+        self.name, self.quiet = name, quiet
         self.rows = self.batches = 0
         self.last_batch = -1
 
-    def update(self, query) -> None:
-        """Print the batches that completed since the last call; never fails the job."""
+    def say(self, text: str) -> None:
+        """Print `[name] text` on stderr, unless quiet."""
+        if not self.quiet:
+            print(f"[{self.name}] {text}", file=sys.stderr, flush=True)
+
+    def update(self, query) -> list:
+        """Print the batches that completed since the last call and return their progress
+        reports; never fails the job."""
+        new = []
         try:
             for p in query.recentProgress:
                 # an idle trigger reports the next batch's id with nothing done: not a batch
-                if p.batchId <= self.last_batch or not is_batch(p):
-                    continue
-                self.last_batch = p.batchId
-                self._print(p)
+                if p.batchId > self.last_batch and is_batch(p):
+                    self.last_batch = p.batchId
+                    new.append(p)
+                    self._print(p)
         except Exception as e:  # progress is a courtesy: a surprise in a report must not stop a job
             print(f"[{self.name}] (progress unavailable: {e})", file=sys.stderr, flush=True)
+        return new
 
     def _print(self, p) -> None:
         self.rows += p.numInputRows
@@ -65,10 +73,8 @@ class ConsoleProgress:
         lags = [kafka_lag(s.latestOffset, s.endOffset) for s in p.sources]
         known = [x for x in lags if x is not None]
         duration = p.durationMs.get("triggerExecution", 0) / 1000
-        line = (
-            f"[{self.name}] batch {p.batchId}: {p.numInputRows:,} rows in {duration:.1f}s "
-            f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far"
+        lag = f", lag {sum(known):,} offsets" if known else ""
+        self.say(
+            f"batch {p.batchId}: {p.numInputRows:,} rows in {duration:.1f}s "
+            f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far{lag}"
         )
-        if known:
-            line += f", lag {sum(known):,} offsets"
-        print(line, file=sys.stderr, flush=True)

@@ -8,16 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from delta.exceptions import (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
-)
+from delta import exceptions
 from pyspark.sql import SparkSession
 
 from pipelines.config import GoldConf, SilverConf
@@ -27,14 +18,14 @@ T = TypeVar("T")
 
 # In Python these are siblings, not subclasses of DeltaConcurrentModificationException: list all.
 WRITE_CONFLICTS = (
-    DeltaConcurrentModificationException,
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    MetadataChangedException,
-    ProtocolChangedException,
+    exceptions.DeltaConcurrentModificationException,
+    exceptions.ConcurrentAppendException,
+    exceptions.ConcurrentDeleteDeleteException,
+    exceptions.ConcurrentDeleteReadException,
+    exceptions.ConcurrentTransactionException,
+    exceptions.ConcurrentWriteException,
+    exceptions.MetadataChangedException,
+    exceptions.ProtocolChangedException,
 )
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -56,18 +47,16 @@ def idempotent_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[N
 
 def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
     """Run a Delta write, retrying when a concurrent transaction made it conflict."""
-    for attempt in range(1, attempts + 1):
+    for attempt in range(1, attempts):
         try:
             return write()
         except WRITE_CONFLICTS as e:
-            if attempt == attempts:
-                raise
             delay = 0.2 * 2**attempt
             log.warning(
                 "%s: write conflict (%s), retry %d in %.1fs", what, type(e).__name__, attempt, delay
             )
             time.sleep(delay)
-    raise AssertionError("unreachable")
+    return write()  # the last attempt: a conflict now is raised
 
 
 def start_delta_to_batches(

@@ -1,9 +1,7 @@
-"""The progress table: every streaming query's progress as rows of a Delta table, like the progress table
-of a managed pipeline: query, batch, input rows, rows/s, durations, watermark, state rows and
-Kafka lag per partition, tagged with the job run and task that produced them.
-
-The driver's thread that waits for a query hands each new progress report to `ProgressTable.record`;
-rows are appended in small batches (`progress_table.flush_interval_s`) and once more at the end.
+"""The progress table: every streaming query's progress as rows of a Delta table, like a managed
+pipeline's: query, batch, rows, rows/s, durations, watermark, state rows and Kafka lag per
+partition, tagged with the job run and task. `run_query` hands it each batch's report; rows are
+appended every `progress_table.flush_interval_s` and once more at the end.
 """
 
 from __future__ import annotations
@@ -94,20 +92,19 @@ class ProgressTable:
         self.last_flush = time.monotonic()
         if not self.rows:
             return
-        rows = self.rows
         try:
             if not self.created:
                 self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
-            df = self.spark.createDataFrame(rows, SCHEMA)
+            df = self.spark.createDataFrame(self.rows, SCHEMA)
             retry_on_conflict(
                 lambda: df.write.format("delta").mode("append").save(self.path), what=self.path
             )
-            self.rows = self.rows[len(rows) :]
+            self.rows = []
         except Exception as e:  # progress is a courtesy: a failed append must not stop a job
-            self.rows = self.rows[-10_000:]
             print(
-                f"progress table: could not append {len(rows)} rows to {self.path} (kept for "
+                f"progress table: could not append {len(self.rows)} rows to {self.path} (kept for "
                 f"the next try): {str(e).splitlines()[0][:300]}",
                 file=sys.stderr,
                 flush=True,
             )
+            self.rows = self.rows[-10_000:]

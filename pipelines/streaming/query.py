@@ -7,13 +7,14 @@ import sys
 import threading
 from collections.abc import Callable
 
+from pyspark import SparkContext
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError, LakehouseError
-from pipelines.streaming.console import ConsoleProgress, is_batch
+from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.progress_table import ProgressTable
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
@@ -26,23 +27,14 @@ def _jvm_ignores_sigterm() -> Callable[[], None]:
     leaves the stop to this Python driver, which ends the query between micro-batches; the JVM
     goes when the driver does. (SIGINT already skips pyspark's JVM.)
     """
-    from pyspark import SparkContext
-
     sc = SparkContext._active_spark_context
-    if sc is None:
-        return lambda: None
     try:
         jvm_signal = sc._jvm.sun.misc.Signal
         term = jvm_signal("TERM")
         previous = jvm_signal.handle(term, sc._jvm.sun.misc.SignalHandler.SIG_IGN)
-    except Exception:  # not a JVM that allows it: keep its default
+    except Exception:  # no JVM (sc is None), or one that does not allow it: keep its default
         return lambda: None
     return lambda: jvm_signal.handle(term, previous)
-
-
-def progress_table_for(spark: SparkSession, conf: LakehouseConf) -> ProgressTable | None:
-    """Where this driver's queries record their progress, unless `progress_table.enabled` is off."""
-    return ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
 
 def run_query(
@@ -64,19 +56,13 @@ def run_query(
     the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
     (or the error `explain` makes of it). Returns the finished query.
     """
-    console = ConsoleProgress(name) if progress else None
-    progress_table = progress_table_for(spark, conf)
-    logged = -1
+    console = ConsoleProgress(name, quiet=not progress)
+    progress_table = ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
     def report(query: StreamingQuery) -> None:
-        nonlocal logged
-        if console:
-            console.update(query)
-        if progress_table is not None:
-            for p in query.recentProgress:
-                if p.batchId > logged and is_batch(p):
-                    logged = p.batchId
-                    progress_table.record(p)
+        for p in console.update(query):
+            if progress_table is not None:
+                progress_table.record(p)
 
     stop_requested = threading.Event()
 
@@ -98,10 +84,7 @@ def run_query(
         query = start()
         if previous:
             restore_jvm = _jvm_ignores_sigterm()
-        if console:
-            print(
-                f"[{name}] query {query.name} started (id {query.id})", file=sys.stderr, flush=True
-            )
+        console.say(f"query {query.name} started (id {query.id})")
         while query.isActive and not stop_requested.is_set():
             query.awaitTermination(1)
             report(query)
@@ -116,12 +99,7 @@ def run_query(
             if not isinstance(sink.failure, StopRequested):
                 raise
         report(query)
-        if console:
-            print(
-                f"[{name}] done: {console.rows:,} rows in {console.batches} batches",
-                file=sys.stderr,
-                flush=True,
-            )
+        console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query
     except StreamingQueryException as e:
         if isinstance(sink.failure, LakehouseError):

@@ -71,12 +71,8 @@ class IdempotentSink:
     def transaction(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
         """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
         ids, retried on write conflicts; Delta skips it if this batch already committed it."""
-        app_id = f"{table}:{self.query_id()}"
-
-        def tagged() -> None:
-            with idempotent_txn(self.spark, app_id, batch_id):
-                write()
-
+        # the context manager as a decorator: each attempt sets the tags and unsets them after
+        tagged = idempotent_txn(self.spark, f"{table}:{self.query_id()}", batch_id)(write)
         retry_on_conflict(tagged, what=table)
 
     def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:

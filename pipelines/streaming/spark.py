@@ -21,7 +21,8 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name or conf.spark.app_name)
-    if not _under_spark_submit():
+    # A JVM already launched for us (spark-submit, or a running session) keeps its own settings.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkSession.getActiveSession() is None:
         # Only loopback here and on most laptops: don't let Spark guess another interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
@@ -29,13 +30,6 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
             .config("spark.jars", ",".join(str(j) for j in spark_jars()))
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
         )
-    for key, value in session_settings(conf).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = builder.config(map=session_settings(conf)).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
     return spark
-
-
-def _under_spark_submit() -> bool:
-    """True when a JVM was already launched for us (spark-submit, or a running session)."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkSession.getActiveSession() is not None

@@ -5,7 +5,7 @@ import nothing of `pipelines`): `SCHEMA` (Spark DDL, the one notation, `NOT NULL
 is required), and optionally `PARTITIONED_BY`, `PROPERTIES` and `EXPECTATIONS` (Great
 Expectations 1.x expectation names with their arguments). A module that declares more than one
 table puts a prefix before each name (`GAPS_SCHEMA`). The configuration gives the table its name
-(`silver/orders`), from which its path and its catalog name (`silver.orders`) follow.
+(`silver/orders`), from which its path follows.
 
 `ensure_table` creates a missing table; on an existing one it applies what Delta allows (a new
 nullable column, a new or changed property) and refuses anything else with a readable difference.
@@ -43,10 +43,6 @@ class Table:
     expectations: tuple[tuple[str, Mapping[str, object]], ...] = ()
     prepare: Callable[[DataFrame], DataFrame] | None = None  # derived columns the checks read
 
-    @property
-    def catalog_name(self) -> str:
-        return self.name.replace("/", ".")
-
 
 def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
     """The table `name` as `module` declares it (`<prefix>SCHEMA`, `<prefix>PARTITIONED_BY`, ...)."""
@@ -70,15 +66,10 @@ def require_tables(spark: SparkSession, needed: Mapping[str, str]) -> None:
             raise JobFailedError(f"table {path} does not exist yet: {how}")
 
 
-def struct(table: Table) -> StructType:
-    """The declared schema as a StructType."""
-    return StructType.fromDDL(table.schema)
-
-
 def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     """Create the table if missing, else bring it to its declaration; returns its path."""
     path = conf.table_path(table.name)
-    wanted = struct(table)
+    wanted = StructType.fromDDL(table.schema)
     current = _current(spark, path)
     if current is None:
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
@@ -133,12 +124,10 @@ def _differences(have: StructType, wanted: StructType) -> tuple[list[str], list]
     existing = {f.name: f for f in have.fields}
     for f in wanted.fields:
         old = existing.pop(f.name, None)
-        if old is None:
-            (new if f.nullable else problems).append(
-                f
-                if f.nullable
-                else f"new column {f.name} is NOT NULL (only nullable ones are added)"
-            )
+        if old is None and f.nullable:
+            new.append(f)
+        elif old is None:
+            problems.append(f"new column {f.name} is NOT NULL (only nullable ones are added)")
         elif old.dataType != f.dataType:
             problems.append(
                 f"column {f.name} is {old.dataType.simpleString()}, declared {f.dataType.simpleString()}"
