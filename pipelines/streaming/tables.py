@@ -43,6 +43,11 @@ class Table:
     expectations: tuple[tuple[str, Mapping[str, object]], ...] = ()
     prepare: Callable[[DataFrame], DataFrame] | None = None  # derived columns the checks read
 
+    @property
+    def catalog_name(self) -> str:
+        """The name a catalog knows it by: `silver/orders` -> `silver.orders`."""
+        return self.name.replace("/", ".")
+
 
 def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
     """The table `name` as `module` declares it (`<prefix>SCHEMA`, `<prefix>PARTITIONED_BY`, ...)."""

@@ -2,7 +2,7 @@ import pytest
 from delta.tables import DeltaTable
 
 from bronze.ddl import column_names
-from pipelines.streaming.tables import Table, TableChangeRefusedError, ensure_table
+from pipelines.streaming.tables import Table, TableChangeRefusedError, declared, ensure_table
 
 V1 = Table("gold/t", "id string NOT NULL, n bigint", partitioned_by=("id",))
 
@@ -17,6 +17,17 @@ def test_ddl_column_names_skip_nested_commas():
         "a string NOT NULL, b decimal(12,2), c map<string,bigint>, d array<struct<k:string,v:int>>"
     )
     assert column_names(ddl) == ["a", "b", "c", "d"]
+
+
+def test_a_declaration_comes_from_the_module_named_after_its_table():
+    orders = declared("silver.orders", "silver/orders")
+    assert orders.catalog_name == "silver.orders"
+    assert column_names(orders.schema)[:3] == ["order_id", "event_id", "seq"]
+    assert orders.properties["delta.enableChangeDataFeed"] == "true"
+    assert [kind for kind, _ in orders.expectations][:2] == [
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_unique",
+    ]
 
 
 def test_a_new_nullable_column_and_a_property_are_applied_to_the_table(spark, conf):
