@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.jobs.bronze_job import run_layer_job
+from pipelines.jobs.layer_job import run_layer_job
 from pipelines.layers.gold import run_gold
 
 

@@ -14,7 +14,7 @@ from delta.tables import DeltaTable
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.jobs.bronze_job import parse_args
+from pipelines.jobs.layer_job import parse_args
 from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import ensure_bronze_tables
 from pipelines.layers.gold import ensure_gold_tables, gold_tables, seed_dimensions

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.jobs.bronze_job import run_layer_job
+from pipelines.jobs.layer_job import run_layer_job
 from pipelines.layers.silver import run_silver
 
 
