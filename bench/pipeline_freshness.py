@@ -20,17 +20,14 @@ import json
 import multiprocessing
 import os
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from itertools import chain
 from pathlib import Path
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -41,7 +38,7 @@ from pipelines.layers.gold import gold_tables, seed_dimensions, start_gold
 from pipelines.layers.silver import start_silver
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
-from pipelines.reference.producer import produce_plan, producer_settings
+from pipelines.reference.producer import produce_plan
 from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.progress_table import progress_row
 from pipelines.streaming.spark import build_spark
@@ -80,41 +77,6 @@ def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
     stream = conf.stream("orders")
     ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
     return conf
-
-
-class PacedProducer(threading.Thread):
-    """Sends records at `rate` per second of wall time, each with its Kafka timestamp = send time."""
-
-    def __init__(self, conf, topic: str, records: list, rate: float) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer(producer_settings(conf))
-        self.topic, self.records, self.rate = topic, records, rate
-        self.sent = 0
-        self.errors: list[str] = []
-        self.behind_s = 0.0  # how far the producer itself fell behind its schedule, at worst
-
-    def _on_delivery(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(f"{self.topic}[{msg.partition()}]: {err.str()}")
-
-    def run(self) -> None:
-        started = time.monotonic()
-        n = len(self.records)
-        send = partial(self.producer.produce, self.topic, on_delivery=self._on_delivery)
-        while self.sent < n and not self.errors:
-            due = min(n, int((time.monotonic() - started) * self.rate))
-            self.behind_s = max(self.behind_s, (due - self.sent) / self.rate)
-            now_ms = int(time.time() * 1000)
-            while self.sent < due:
-                r = self.records[self.sent]
-                try:
-                    send(value=r.value, key=r.key, partition=r.partition, timestamp=now_ms)
-                    self.sent += 1
-                except BufferError:
-                    self.producer.poll(0.01)
-            self.producer.poll(0)
-            time.sleep(0.01)
-        self.producer.flush(60)
 
 
 def delta_commits(table: str) -> Iterator[dict]:
@@ -310,18 +272,18 @@ def main() -> None:
         flush=True,
     )
     started_ms = int(time.time() * 1000)
-    producer = PacedProducer(conf, topic, records, rate)
-    producer.start()
-    while producer.is_alive():
-        producer.join(2)
-        collect(queries, printers, progress)
-        for name, q in queries.items():
-            if q.exception():
-                raise RuntimeError(f"{name} failed: {q.exception()}")
-    if producer.errors:
-        raise RuntimeError(f"producer: {producer.errors[:3]}")
+    plan = StreamPlan(with_every_twist(), records)
+    with ThreadPoolExecutor(1) as pool:
+        sending = pool.submit(produce_plan, conf, plan, topic, track=False, rate=rate)
+        while not sending.done():
+            wait([sending], timeout=2)
+            collect(queries, printers, progress)
+            for name, q in queries.items():
+                if q.exception():
+                    raise RuntimeError(f"{name} failed: {q.exception()}")
+    sending.result()
     sent_s = time.time() - started_ms / 1000
-    print(f"sent {producer.sent:,} records in {sent_s:.1f}s; draining ...", flush=True)
+    print(f"sent {total:,} records in {sent_s:.1f}s; draining ...", flush=True)
     for q in queries.values():
         q.processAllAvailable()
         collect(queries, printers, progress)
@@ -337,9 +299,8 @@ def main() -> None:
     ]
     f, s = result["freshness_s"], result["kafka_to_silver_s"]
     report = [
-        f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({producer.sent:,} records; "
-        f"bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s); "
-        f"producer at worst {producer.behind_s:.2f}s behind its schedule",
+        f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({total:,} records, scheduled for "
+        f"{total / rate:.0f}s; bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s)",
         f"drain after the producer stopped: {drained_s:.1f}s",
         f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
         f"events: p50 {f['p50']:.1f}s, p90 {f['p90']:.1f}s, p99 {f['p99']:.1f}s, max {f['max']:.1f}s",
@@ -367,7 +328,7 @@ def main() -> None:
         "rate": rate,
         "bronze_max": bronze_max,
         "seconds": sent_s,
-        "records": producer.sent,
+        "records": total,
         "triggers": list(triggers.values()),
         "drain_seconds": drained_s,
         "state_rows_quarters": quarters,

@@ -58,9 +58,16 @@ def producer_settings(conf: LakehouseConf) -> dict:
 
 
 def produce_plan(
-    conf: LakehouseConf, plan: StreamPlan, topic: str, *, track: bool = True, progress: bool = False
+    conf: LakehouseConf,
+    plan: StreamPlan,
+    topic: str,
+    *,
+    track: bool = True,
+    progress: bool = False,
+    rate: float | None = None,
 ) -> ProduceReport:
-    """Send every record of `plan` in order; return what Kafka acknowledged, with offsets."""
+    """Send every record of `plan` in order, at most `rate` per second of wall time if given;
+    return what Kafka acknowledged, with offsets. Kafka timestamps are the send times."""
     replication = conf.stream(conf.producer.stream).replication_factor
     ensure_topic(conf, topic, plan.options.partitions, replication)
     producer = Producer(producer_settings(conf))
@@ -77,6 +84,8 @@ def produce_plan(
     started = last_report = time.monotonic()
     total = len(plan.records)
     for i, rec in enumerate(plan.records):
+        if rate and (ahead := started + i / rate - time.monotonic()) > 0:
+            time.sleep(ahead)
         while True:
             try:
                 producer.produce(
