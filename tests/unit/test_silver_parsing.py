@@ -68,6 +68,24 @@ def reason_of(spark, value: bytes | str) -> str | None:
         (with_field("event_id", "42"), "field 'event_id' must be a string, got bigint"),
         (with_field("unit_price", '"12.30"'), "field 'unit_price' must be a number, got string"),
         (with_field("seq", "0"), "seq must be >= 1, got 0"),
+        (
+            with_field("seq", "9223372036854775808"),
+            "seq does not fit a 64-bit integer: 9223372036854775808",
+        ),
+        (
+            with_field("quantity", "1" + "0" * 30),
+            "quantity does not fit a 64-bit integer: 1" + "0" * 30,
+        ),
+        (
+            with_field("seq", "-9223372036854775809"),
+            "seq does not fit a 64-bit integer: -9223372036854775809",
+        ),
+        (with_field("event_id", '""'), "field 'event_id' is empty"),
+        (with_field("product_id", '""'), "field 'product_id' is empty"),
+        (
+            with_field("event_time", '"2026-02-30T10:00:00Z"'),
+            "event_time is not an ISO-8601 instant with offset: '2026-02-30T10:00:00Z'",
+        ),
         (with_field("quantity", "0"), "quantity must be >= 1, got 0"),
         (with_field("unit_price", "-1.00"), "unit_price must be >= 0, got -1.0000000000"),
         (with_field("unit_price", "12.345"), "unit_price has more than 2 decimals: 12.3450000000"),
@@ -105,6 +123,8 @@ def test_null_value_is_invalid(spark):
     [
         ("order_id", '"ordre-é-ü-订单"', "order_id", "ordre-é-ü-订单"),
         ("unit_price", "0.10", "unit_price", Decimal("0.10")),
+        ("seq", "9223372036854775807", "seq", 9223372036854775807),
+        ("unit_price", "9999999999.99", "unit_price", Decimal("9999999999.99")),
         ("unit_price", "1234567.89", "unit_price", Decimal("1234567.89")),
         ("unit_price", "7", "unit_price", Decimal("7.00")),
         ("unit_price", "12.300", "unit_price", Decimal("12.30")),
