@@ -18,6 +18,8 @@ EVENT_TYPES = ("created", "paid", "shipped", "cancelled")
 CURRENCIES = ("EUR", "USD", "GBP")
 MONEY = DecimalType(12, 2)
 MAX_MONEY = 9_999_999_999.99
+INEXACT_PRICE = "unit_price must be a plain decimal of at most 38 digits, without exponent"
+YEARS = (1, 9999)  # of event_time in UTC: what ISO-8601's four digits and Python can hold
 # ISO-8601 instants with an offset or Z, with 0 to 9 fraction digits.
 EVENT_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS][.SSSSSS][.SSS][.SS][.S]XXX"
 
@@ -69,7 +71,9 @@ def typed_fields(v: Column) -> dict[str, Column]:
     conversion fails: a record is valid only if every conversion succeeds (see `_checks`)."""
     fields = {name: F.try_variant_get(v, f"$.{name}", "string") for name in STRING_FIELDS}
     fields |= {name: F.try_variant_get(v, f"$.{name}", "bigint") for name in INTEGER_FIELDS}
-    return fields | {"unit_price": _exact_price(v).try_cast(MONEY), "event_time": _event_time(v)}
+    in_years = F.year(_event_time(v)).between(*YEARS)  # the session time zone is UTC
+    fields["unit_price"] = _exact_price(v).try_cast(MONEY)
+    return fields | {"event_time": F.when(in_years, _event_time(v))}
 
 
 def invalid_reason(value: Column, parsed: Column | None = None) -> Column:
@@ -118,6 +122,8 @@ def _checks(value: Column, v: Column, typed: dict[str, Column]) -> list[tuple[Co
     price = _exact_price(v)
     price_text = price.cast("string")
     checks += [
+        # JSON parsing reads an exponent form or more than 38 digits as a double: not exact
+        (_json_type(v, "unit_price") == "DOUBLE", F.lit(INEXACT_PRICE)),
         (price.isNull(), said("unit_price is not an exact decimal: ", text_of("unit_price"))),
         (price < 0, said("unit_price must be >= 0, got ", price_text)),
         (price != F.round(price, 2), said("unit_price has more than 2 decimals: ", price_text)),
@@ -125,8 +131,12 @@ def _checks(value: Column, v: Column, typed: dict[str, Column]) -> list[tuple[Co
         (~text_of("event_type").isin(*EVENT_TYPES), quoted("unknown event_type '", "event_type")),
         (~text_of("currency").isin(*CURRENCIES), quoted("unknown currency '", "currency")),
         (
-            typed["event_time"].isNull(),
+            _event_time(v).isNull(),
             quoted("event_time is not an ISO-8601 instant with offset: '", "event_time"),
+        ),
+        (
+            typed["event_time"].isNull(),
+            quoted("event_time is outside the years 0001 to 9999 in UTC: '", "event_time"),
         ),
     ]
     # the last word: whatever the rules above missed, a value that did not convert is invalid

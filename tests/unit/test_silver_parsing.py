@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 
 from silver.events import dedupe_events
-from silver.order_events import EVENT_COLUMNS, KEY
+from silver.order_events import EVENT_COLUMNS, INEXACT_PRICE, KEY
 from silver.order_events import parse_events as parse_order_events
 from silver.orders import current_state as latest_versions
 
@@ -81,6 +81,16 @@ def reason_of(spark, value: bytes | str) -> str | None:
             "seq does not fit a 64-bit integer: -9223372036854775809",
         ),
         (with_field("event_id", '""'), "field 'event_id' is empty"),
+        (with_field("unit_price", "1.5e1"), INEXACT_PRICE),
+        (with_field("unit_price", "1." + "0" * 41 + "1"), INEXACT_PRICE),
+        (
+            with_field("event_time", '"0001-01-01T00:30:00+01:00"'),
+            "event_time is outside the years 0001 to 9999 in UTC: '0001-01-01T00:30:00+01:00'",
+        ),
+        (
+            with_field("event_time", '"+12026-11-22T10:15:03Z"'),
+            "event_time is outside the years 0001 to 9999 in UTC: '+12026-11-22T10:15:03Z'",
+        ),
         (with_field("product_id", '""'), "field 'product_id' is empty"),
         (
             with_field("event_time", '"2026-02-30T10:00:00Z"'),
@@ -128,7 +138,6 @@ def test_null_value_is_invalid(spark):
         ("unit_price", "1234567.89", "unit_price", Decimal("1234567.89")),
         ("unit_price", "7", "unit_price", Decimal("7.00")),
         ("unit_price", "12.300", "unit_price", Decimal("12.30")),
-        ("unit_price", "1.5e1", "unit_price", Decimal("15.00")),
         ("event_time", '"2026-11-22T10:15:00Z"', "event_time", datetime(2026, 11, 22, 10, 15, 0)),
         (
             "event_time",
