@@ -29,5 +29,11 @@ def enrich(events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:
 
 
 def line_value(quantity: Column, unit_price: Column) -> Column:
-    """quantity × unit_price, exact, as decimal(18,2)."""
-    return (quantity.cast("decimal(18,0)") * unit_price).cast("decimal(18,2)")
+    """quantity × unit_price, exact for any long quantity and decimal(12,2) price."""
+    return quantity.cast("decimal(19,0)") * unit_price
+
+
+def money_sum(values: Column) -> Column:
+    """The exact sum as decimal(18,2), or null where it does not fit (gold keeps such a
+    window's events out rather than fail)."""
+    return F.try_sum(values).try_cast("decimal(18,2)")

@@ -1,10 +1,11 @@
-"""Late events: events kept out of the windows because they came too late, with the reason."""
+"""Late events: events kept out of the windows, with the reason: too late, or a window value
+they would take beyond its column's type."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 SCHEMA = (
@@ -30,20 +31,27 @@ def on_time_events(events: DataFrame, newest: datetime | None, lateness_seconds:
     return events.where(cutoff.isNull() | (F.col("event_time") >= cutoff))
 
 
+def kept_out(
+    events: DataFrame, newest: datetime | None, columns: list[str], reason: Column
+) -> DataFrame:
+    """Events as late-events rows: `columns` of the event, then `newest_event_time` and `reason`."""
+    return events.select(
+        *[c for c in columns if c not in ("newest_event_time", "reason")],
+        F.lit(newest).cast("timestamp").alias("newest_event_time"),
+        reason.alias("reason"),
+    )
+
+
 def late_events(
     events: DataFrame, newest: datetime | None, lateness_seconds: int, columns: list[str]
 ) -> DataFrame:
-    """Events older than the allowed lateness, as late-events rows (`columns` of the event, then
-    `newest_event_time` and a readable `reason`)."""
+    """Events older than the allowed lateness, as late-events rows with a readable reason."""
     cutoff = late_cutoff(newest, lateness_seconds)
     minutes = lateness_seconds / 60
-    return events.where(F.col("event_time") < cutoff).select(
-        *[c for c in columns if c not in ("newest_event_time", "reason")],
-        F.lit(newest).cast("timestamp").alias("newest_event_time"),
-        F.format_string(
-            f"event_time %s is more than {minutes:g} minutes behind the newest event time "
-            "already processed (%s): kept out of the gold windows",
-            F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-            F.date_format(F.lit(newest).cast("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
-        ).alias("reason"),
+    reason = F.format_string(
+        f"event_time %s is more than {minutes:g} minutes behind the newest event time "
+        "already processed (%s): kept out of the gold windows",
+        F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+        F.date_format(F.lit(newest).cast("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
     )
+    return kept_out(events.where(F.col("event_time") < cutoff), newest, columns, reason)

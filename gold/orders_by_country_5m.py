@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gold.dimensions import MAX_SUM, UNKNOWN, line_value
+from gold.dimensions import MAX_SUM, UNKNOWN, line_value, money_sum
 from gold.revenue_by_category_1m import PREPARE_FOR_EXPECTATIONS  # noqa: F401 (declared here too)
 
 SCHEMA = (
@@ -42,9 +42,7 @@ def aggregate(events: DataFrame) -> DataFrame:
         .groupBy(w.alias("w"), "country")
         .agg(
             F.count("*").alias("created_orders"),
-            F.sum(line_value(F.col("quantity"), F.col("unit_price")))
-            .cast("decimal(18,2)")
-            .alias("order_value"),
+            money_sum(line_value(F.col("quantity"), F.col("unit_price"))).alias("order_value"),
         )
         .select("w.*", "country", *VALUE_COLUMNS)
         .withColumnsRenamed({"start": "window_start", "end": "window_end"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from gold.dimensions import MAX_SUM, UNKNOWN, line_value
+from gold.dimensions import MAX_SUM, UNKNOWN, line_value, money_sum
 from silver.order_events import CURRENCIES
 
 SCHEMA = (
@@ -50,10 +50,8 @@ def aggregate(events: DataFrame) -> DataFrame:
         .groupBy(w.alias("w"), "category", "currency")
         .agg(
             F.count("*").alias("paid_orders"),
-            F.sum("quantity").alias("units"),
-            F.sum(line_value(F.col("quantity"), F.col("unit_price")))
-            .cast("decimal(18,2)")
-            .alias("revenue"),
+            F.try_sum("quantity").alias("units"),
+            money_sum(line_value(F.col("quantity"), F.col("unit_price"))).alias("revenue"),
         )
         .select("w.*", "category", "currency", *VALUE_COLUMNS)
         .withColumnsRenamed({"start": "window_start", "end": "window_end"})

@@ -19,7 +19,7 @@ CURRENCIES = ("EUR", "USD", "GBP")
 MONEY = DecimalType(12, 2)
 MAX_MONEY = 9_999_999_999.99
 INEXACT_PRICE = "unit_price must be a plain decimal of at most 38 digits, without exponent"
-YEARS = (1, 9999)  # of event_time in UTC: what ISO-8601's four digits and Python can hold
+YEARS = (1000, 9999)  # of event_time in UTC: four digits, and Python reads them all
 # ISO-8601 instants with an offset or Z, with 0 to 9 fraction digits.
 EVENT_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS][.SSSSSS][.SSS][.SS][.S]XXX"
 
@@ -136,7 +136,7 @@ def _checks(value: Column, v: Column, typed: dict[str, Column]) -> list[tuple[Co
         ),
         (
             typed["event_time"].isNull(),
-            quoted("event_time is outside the years 0001 to 9999 in UTC: '", "event_time"),
+            quoted("event_time is outside the years 1000 to 9999 in UTC: '", "event_time"),
         ),
     ]
     # the last word: whatever the rules above missed, a value that did not convert is invalid

@@ -17,17 +17,20 @@ The tables are the state: there is no Spark watermark to drop late events silent
 from __future__ import annotations
 
 import importlib
+import operator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
 import gold.late_events
 from bronze.ddl import column_names
-from gold.late_events import late_events, on_time_events
+from gold.late_events import kept_out, late_events, on_time_events
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.layers.silver import silver_tables
@@ -35,6 +38,8 @@ from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
+
+TOO_BIG = "a window this event falls in would exceed the value columns"
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class UpsertGold(IdempotentSink):
         self.late_name = stream.late_events_table
         self.late_columns = column_names(tables.declarations[self.late_name].schema)
         self.lateness_s = conf.gold.allowed_lateness_minutes * 60
+        self.key = importlib.import_module(stream.module(stream.events_table)).KEY
 
     def newest_before(self, spark: SparkSession, batch_id: int) -> datetime | None:
         """Newest event time processed by earlier batches (a replay sees the same value)."""
@@ -134,27 +140,86 @@ class UpsertGold(IdempotentSink):
         if stats[0] is None:
             return
         late = late_events(events, newest, self.lateness_s, self.late_columns)
-        self.append(late, self.late_name, tables.late, batch_id)
         on_time = on_time_events(events, newest, self.lateness_s)
         if self.enrich:
             dims = {r: spark.read.format("delta").load(p) for r, p in tables.dimensions.items()}
             on_time = self.cache(self.enrich(on_time, dims))
-        partials = {name: m.aggregate(on_time) for name, m in self.modules.items()}
+        first_minute = stats[1].replace(second=0, microsecond=0)
+        bounds = {
+            name: (first_minute - timedelta(seconds=module.WINDOW_SECONDS), stats[0])
+            for name, module in self.modules.items()
+        }
+        partials, too_big = self._fitting(spark, on_time, batch_id, bounds)
+        too_big = kept_out(too_big, newest, self.late_columns, F.col("_reason"))
+        self.append(late.unionByName(too_big), self.late_name, tables.late, batch_id)
         if self.conf.gold.check_quality_per_batch:
             from pipelines.layers.quality import check_frames
 
             # a batch that fails a `fail` suite is not written: the query stops on it
             frames = {name: (df, None) for name, df in partials.items()}
             check_frames(spark, self.conf, frames, scope=f"batch {batch_id}")
-        first_minute = stats[1].replace(second=0, microsecond=0)
         for name, module in self.modules.items():
-            lo = first_minute - timedelta(seconds=module.WINDOW_SECONDS)
-            self._add(spark, partials[name], name, module, batch_id, lo, stats[0])
+            self._add(spark, partials[name], name, module, batch_id, *bounds[name])
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
         high_water = spark.createDataFrame(
             [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
         )
         self.append(high_water, f"{self.late_name}_high_water", tables.high_water, batch_id)
+
+    def _fitting(self, spark, on_time: DataFrame, batch_id: int, bounds: dict) -> tuple:
+        """The partial aggregates of the on-time events, and the events kept out of them (with
+        a `_reason`): those in a window row whose values, added to the table's, would not fit
+        their columns. Decided once per batch; a replay reads the decision back."""
+        out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
+        replay = self.committed(self.late_name, self.tables.late, batch_id)
+        if replay:
+            late = spark.read.format("delta").load(self.tables.late)
+            done = late.where(F.col("reason").startswith(TOO_BIG)).select(self.key, "reason")
+            out = on_time.join(done.withColumnRenamed("reason", "_reason"), self.key)
+        while True:
+            fitting = on_time.join(out, self.key, "left_anti")
+            partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
+            if replay:
+                return partials, out
+            more = [
+                fitting.alias("e")
+                .join(self._unfit(spark, name, partials[name], *bounds[name]).alias("g"), cond)
+                .select("e.*", F.lit(f"{TOO_BIG} of {name}: kept out of the gold windows"))
+                .toDF(*out.columns)
+                for name, cond in self._in_window().items()
+            ]
+            more = reduce(DataFrame.union, more).dropDuplicates([self.key])
+            if more.isEmpty():
+                return partials, out
+            out = self.cache(out.union(more))
+
+    def _in_window(self) -> dict[str, F.Column]:
+        """Per gold table: an event `e` falls in the window row `g` (by time and group)."""
+        conditions = {}
+        for name, module in self.modules.items():
+            e_time = F.col("e.event_time")
+            cond = (e_time >= F.col("g.window_start")) & (e_time < F.col("g.window_end"))
+            for k in module.KEY_COLUMNS[2:]:  # after window_start, window_end: the group
+                cond = cond & F.col(f"e.{k}").eqNullSafe(F.col(f"g.{k}"))
+            conditions[name] = cond
+        return conditions
+
+    def _unfit(self, spark, name: str, partial: DataFrame, lo, hi) -> DataFrame:
+        """Window rows of `partial` that do not fit: a value null (too big within the batch), or
+        beyond its column's type once added to the table's row."""
+        module, keys = self.modules[name], self.modules[name].KEY_COLUMNS
+        schema = StructType.fromDDL(self.tables.declarations[name].schema)
+        types = {f.name: f.dataType for f in schema.fields}
+        target = spark.read.format("delta").load(self.tables.aggregates[name])
+        target = target.where(F.col("window_start").between(F.lit(lo), F.lit(hi)))
+        both = partial.alias("s").join(target.alias("t"), keys, "left")
+        fits = [
+            F.try_add(F.col(f"s.{v}"), F.coalesce(F.col(f"t.{v}"), F.lit(0)))
+            .try_cast(types[v])
+            .isNotNull()
+            for v in module.VALUE_COLUMNS
+        ]
+        return both.where(~reduce(operator.and_, fits)).select(*keys)
 
     def _add(self, spark, partial, name: str, module, batch_id: int, lo, hi) -> None:
         """MERGE a batch's partial aggregates into their table, adding to existing window rows."""

@@ -45,6 +45,20 @@ def idempotent_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[N
         spark.conf.unset(TXN_VERSION)
 
 
+def snapshot(spark: SparkSession, path: str):
+    """The Delta log's newest snapshot of the table at `path` (version -1: no table yet), read
+    without a Spark job."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def committed_txn(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The newest version the writer `app_id` committed to the table at `path`, if any."""
+    found = snapshot(spark, path).transactions().get(app_id)
+    return found.get() if found.isDefined() else None
+
+
 def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
     """Run a Delta write, retrying when a concurrent transaction made it conflict."""
     for attempt in range(1, attempts):

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.errors import JobFailedError
 from pipelines.streaming import checkpoints
-from pipelines.streaming.delta import idempotent_txn, retry_on_conflict
+from pipelines.streaming.delta import committed_txn, idempotent_txn, retry_on_conflict
 
 # Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
 STOPPING = threading.Event()
@@ -68,11 +68,20 @@ class IdempotentSink:
                 raise JobFailedError(f"no query id in checkpoint {self.checkpoint}")
         return self._query_id
 
+    def app_id(self, table: str) -> str:
+        """The writer id of this query's transactions on `table`."""
+        return f"{table}:{self.query_id()}"
+
+    def committed(self, table: str, path: str, batch_id: int) -> bool:
+        """Whether this batch's write to `table` is committed already: the batch is a replay."""
+        version = committed_txn(self.spark, path, self.app_id(table))
+        return version is not None and version >= batch_id
+
     def transaction(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
         """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
         ids, retried on write conflicts; Delta skips it if this batch already committed it."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
-        tagged = idempotent_txn(self.spark, f"{table}:{self.query_id()}", batch_id)(write)
+        tagged = idempotent_txn(self.spark, self.app_id(table), batch_id)(write)
         retry_on_conflict(tagged, what=table)
 
     def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
-from pipelines.streaming.delta import retry_on_conflict
+from pipelines.streaming.delta import retry_on_conflict, snapshot
 
 
 class TableChangeRefusedError(ConfigError):
@@ -110,12 +110,10 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
 def _current(spark: SparkSession, path: str) -> tuple[StructType, tuple, dict] | None:
     """Schema, partition columns and properties of the Delta table at `path`, None if there is
     none; read from the log's metadata, which costs no Spark job (DESCRIBE DETAIL costs seconds)."""
-    jvm = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    if snapshot.version() < 0:
+    found = snapshot(spark, path)
+    if found.version() < 0:
         return None
-    meta, java = snapshot.metadata(), jvm.scala.jdk.javaapi.CollectionConverters
+    meta, java = found.metadata(), spark._jvm.scala.jdk.javaapi.CollectionConverters
     return (
         StructType.fromJson(json.loads(meta.schemaString())),
         tuple(java.asJava(meta.partitionColumns())),

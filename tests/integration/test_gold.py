@@ -307,3 +307,73 @@ def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
         for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()
     }
     assert scopes == {"batch 0", "batch 1"}
+
+
+def _event(n: int, event_type: str, quantity: int, price: str, second: int, product: str):
+    """A StreamRecord of one valid order event at 10:00:`second`."""
+    from pipelines.reference.orders_stream import StreamRecord
+
+    value = (
+        f'{{"event_id": "big-{n}", "order_id": "big-o-{n}", "seq": 1, "event_type": '
+        f'"{event_type}", "customer_id": "c-00001", "product_id": "{product}", "quantity": '
+        f'{quantity}, "unit_price": {price}, "currency": "EUR", '
+        f'"event_time": "2026-11-22T10:00:{second:02d}Z"}}'
+    )
+    return StreamRecord(f"big-o-{n}".encode(), value.encode(), 0, "event", f"big-{n}")
+
+
+def test_window_values_that_would_overflow_keep_their_events_out_even_across_a_crash(
+    spark, lake, monkeypatch
+):
+    from pipelines.layers.gold import TOO_BIG, UpsertGold
+    from pipelines.reference.orders_stream import StreamPlan
+
+    conf = lake.updated({"gold.max_files_per_trigger": None})
+    seed_dimensions(spark, conf)
+    tables = gold_tables(conf)
+    huge = 6 * 10**18  # two of them in one window's `units` exceed a long
+
+    def send(*records):
+        topic = conf.streams["orders"].topic
+        produce_plan(conf, StreamPlan(StreamOptions(), list(records)), topic)
+
+    send(_event(1, "paid", huge, "0.00", 10, "p-0001"))
+    run_all(spark, conf)
+    revenue_path = tables.aggregates["gold/revenue_by_category_1m"]
+    first = table(spark, revenue_path)
+    assert [r[5] for r in first] == [huge]
+
+    # batch 1: two more in that window row (too big together with it), one in another row, and
+    # a created event; gold is killed after its first table's MERGE, then runs the batch again
+    send(
+        _event(2, "paid", huge, "0.00", 20, "p-0001"),
+        _event(3, "paid", 1, "1.00", 30, "p-0001"),
+        _event(4, "paid", 2, "3.50", 40, "p-0002"),
+        _event(5, "created", 1, "9999999999.99", 50, "p-0001"),
+    )
+    run_bronze(spark, conf, once=True, progress=False)
+    run_silver(spark, conf, once=True, progress=False)
+    batch = spark.read.format("delta").load(tables.events).where("event_id != 'big-1'")
+    real_add, calls = UpsertGold._add, []
+
+    def killed_at_the_second_merge(self, *args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return real_add(self, *args)
+
+    monkeypatch.setattr(UpsertGold, "_add", killed_at_the_second_merge)
+    with pytest.raises(RuntimeError):
+        UpsertGold(conf, tables)(batch, 1)
+    monkeypatch.undo()
+    UpsertGold(conf, tables)(batch, 1)
+
+    late = spark.read.format("delta").load(tables.late).collect()
+    assert sorted((r["event_id"], r["reason"]) for r in late) == [
+        (f"big-{n}", f"{TOO_BIG} of gold/revenue_by_category_1m: kept out of the gold windows")
+        for n in (2, 3)
+    ]
+    revenue = table(spark, revenue_path)
+    assert sorted(r[4:] for r in revenue) == [(1, 2, Decimal("7.00")), (1, huge, Decimal("0.00"))]
+    countries = table(spark, tables.aggregates["gold/orders_by_country_5m"])
+    assert [r[3:] for r in countries] == [(1, Decimal("9999999999.99"))] * 5

@@ -84,12 +84,12 @@ def reason_of(spark, value: bytes | str) -> str | None:
         (with_field("unit_price", "1.5e1"), INEXACT_PRICE),
         (with_field("unit_price", "1." + "0" * 41 + "1"), INEXACT_PRICE),
         (
-            with_field("event_time", '"0001-01-01T00:30:00+01:00"'),
-            "event_time is outside the years 0001 to 9999 in UTC: '0001-01-01T00:30:00+01:00'",
+            with_field("event_time", '"1000-01-01T00:30:00+01:00"'),
+            "event_time is outside the years 1000 to 9999 in UTC: '1000-01-01T00:30:00+01:00'",
         ),
         (
             with_field("event_time", '"+12026-11-22T10:15:03Z"'),
-            "event_time is outside the years 0001 to 9999 in UTC: '+12026-11-22T10:15:03Z'",
+            "event_time is outside the years 1000 to 9999 in UTC: '+12026-11-22T10:15:03Z'",
         ),
         (with_field("product_id", '""'), "field 'product_id' is empty"),
         (
