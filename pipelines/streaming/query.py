@@ -15,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming.console import ConsoleProgress
+from pipelines.streaming.lease import CheckpointInUseError, CheckpointLease
 from pipelines.streaming.progress_table import ProgressTable
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
@@ -75,6 +76,7 @@ def run_query(
         STOPPING.set()
         stop_requested.set()
 
+    lease = CheckpointLease(spark, sink.checkpoint, f"the {name} job").__enter__()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,6 +90,11 @@ def run_query(
         while query.isActive and not stop_requested.is_set():
             query.awaitTermination(1)
             report(query)
+            try:
+                lease.renew()
+            except CheckpointInUseError:  # another job took the checkpoint over: leave it
+                query.stop()
+                raise
         if stop_requested.is_set():
             # Spark's stop() interrupts a running batch: wait until none is running
             while query.isActive and query.status["isTriggerActive"]:
@@ -106,6 +113,7 @@ def run_query(
             raise sink.failure from None
         raise explain(e) or JobFailedError(f"{what} failed: {first_line(str(e))}") from None
     finally:
+        lease.__exit__()
         if progress_table is not None:
             progress_table.flush()
         restore_jvm()

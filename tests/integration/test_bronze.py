@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -200,6 +201,13 @@ def test_continuous_job_keeps_up_then_stops_cleanly_on_sigterm(spark, lake, tmp_
         while not (raw / "_delta_log" / "00000000000000000001.json").exists():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.1)
+        # a second copy on the same checkpoint refuses to start, naming the running one
+        second_log = tmp_path / "second.log"
+        second = helpers.start_job("pipelines.jobs.bronze_job", env, second_log, "--once")
+        assert second.wait(timeout=180) == 6, second_log.read_text()[-2000:]
+        checkpoint = bronze_tables(lake, lake.streams["orders"]).checkpoint
+        holder = f"checkpoint {checkpoint} is in use by the bronze job on {socket.gethostname()}"
+        assert f"{holder}, pid {proc.pid}, since " in second_log.read_text()
         more = produce(lake, orders=100, seed=67)  # arrives while the job runs
         expected = expected_from(report, more)
         while len(bronze_rows(spark, lake)) < len(expected):

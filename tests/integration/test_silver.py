@@ -293,3 +293,38 @@ def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_say
         typed = [e for e in events if e[3] == event_type]
         out = kept_out.where(f"event_type = '{event_type}'").count()
         assert (counted.first()[0] or 0) == windows * (len(typed) - out), name
+
+
+def test_two_silver_jobs_started_together_never_run_together(spark, lake, tmp_path):
+    import signal
+    import socket
+    import time
+
+    report = produce(lake, orders=150, seed=75)
+    run_bronze(spark, lake, once=True, progress=False)
+    env = subprocess_env(lake)
+    logs = [tmp_path / f"silver-{i}.log" for i in (0, 1)]
+    jobs = [helpers.start_job("pipelines.jobs.silver_job", env, log) for log in logs]
+    try:
+        deadline = time.monotonic() + 180
+        while all(job.poll() is None for job in jobs):  # continuous: only a refusal ends one
+            assert time.monotonic() < deadline, logs[0].read_text()[-2000:]
+            time.sleep(0.2)
+        loser = next(i for i, job in enumerate(jobs) if job.poll() is not None)
+        winner = jobs[1 - loser]
+        assert jobs[loser].returncode == 6, logs[loser].read_text()[-2000:]
+        checkpoint = silver_tables(lake, lake.streams["orders"]).checkpoint
+        assert (
+            f"checkpoint {checkpoint} is in use by the silver job on {socket.gethostname()}, "
+            f"pid {winner.pid}, since "
+        ) in logs[loser].read_text()
+        # the winner dies without a word; its lease is stale at once (same host, pid gone)
+        os.killpg(winner.pid, signal.SIGKILL)
+        winner.wait()
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+    final = helpers.start_job("pipelines.jobs.silver_job", env, logs[0], "--once")
+    assert final.wait(timeout=300) == 0, logs[0].read_text()[-3000:]
+    assert_silver_matches(spark, lake, oracle(report))
