@@ -64,7 +64,7 @@ def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
     for r in rows:
         print(
             f"{r['run_id']:<14} {r['job']:<20} {r['task']:<12} {r['attempt']:>3} {r['state']:<15} "
-            f"{r['start_time']:%Y-%m-%d %H:%M:%S} {r['duration_s']:>7.1f}  "
+            f"{r['start_time']:%Y-%m-%d %H:%M:%S} {r['duration_s'] or 0:>7.1f}  "
             f"{r['message'] or r['log_path']}"
         )
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.kafka import check_reachable
+from pipelines.local.processes import process_start
 from pipelines.streaming.spark import build_spark
 
 
@@ -26,6 +32,7 @@ def run_layer_job(
 ) -> int:
     """A layer job's main: its options, the configuration, a session, then the layer's query."""
     args = parse_args(argv, prog=layer, description=doc.splitlines()[0])
+    stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
         if needs_kafka:
@@ -33,3 +40,24 @@ def run_layer_job(
         spark = build_spark(conf, app_name=f"lakehouse-{layer}-{args.stream}")
         run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
     return 0
+
+
+def stop_with_runner() -> None:
+    """A task of a job runner (LAKEHOUSE_RUNNER="pid:start") stops when the runner is gone, however
+    it died: SIGTERM to itself (the query stops after its batch), SIGKILL after the grace period."""
+    if not (runner := os.environ.get("LAKEHOUSE_RUNNER")):
+        return
+    pid, started = runner.split(":", 1)
+    if started == "None":  # no /proc here: nothing to watch with
+        return
+    grace_s = float(os.environ.get("LAKEHOUSE_RUNNER_GRACE_S", "120"))
+
+    def watch() -> None:
+        while process_start(int(pid)) == started:
+            time.sleep(1)
+        print(f"the job runner (pid {pid}) is gone: stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="runner-watch", daemon=True).start()

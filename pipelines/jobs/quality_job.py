@@ -15,6 +15,7 @@ import sys
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
+from pipelines.jobs.layer_job import stop_with_runner
 from pipelines.streaming.spark import build_spark
 
 
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
     parser.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
     args = parser.parse_args(argv)
+    stop_with_runner()
     with exit_on_known_errors():
         from pipelines.layers.quality import run_quality
 

@@ -14,7 +14,7 @@ from delta.tables import DeltaTable
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
-from pipelines.jobs.layer_job import parse_args
+from pipelines.jobs.layer_job import parse_args, stop_with_runner
 from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import ensure_bronze_tables
 from pipelines.layers.gold import ensure_gold_tables, gold_tables, seed_dimensions
@@ -26,6 +26,7 @@ from pipelines.streaming.tables import ensure_table
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, prog="setup", description=__doc__.splitlines()[0])
+    stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
         stream = conf.stream(args.stream)

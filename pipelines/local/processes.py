@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+try:  # resolved before any fork: a child then only calls it
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (AttributeError, OSError):  # not Linux
+    _PRCTL = None
+PR_SET_PDEATHSIG = 1
 
 
 def pid_alive(pid: int) -> bool:
@@ -21,6 +28,22 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), None if it is gone; with its pid, it
+    names the process even after the pid is reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def die_with_parent() -> None:
+    """Run in a child before its program starts: SIGTERM it when the thread that started it ends,
+    however its process died (SIGKILL included). Linux only; elsewhere nothing."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _reap(pid: int, *, block: bool = False) -> int | None:

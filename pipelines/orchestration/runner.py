@@ -20,8 +20,16 @@ from pathlib import Path
 
 from pipelines.config import LakehouseConf
 from pipelines.local.jars import spark_jars
-from pipelines.local.processes import terminate
-from pipelines.orchestration.runs import FAILED_STATES, Attempt, JobRun, RunState, record_attempt
+from pipelines.local.processes import die_with_parent, terminate
+from pipelines.orchestration.runs import (
+    FAILED_STATES,
+    RUNNER,
+    Attempt,
+    JobRun,
+    RunState,
+    close_dead_runs,
+    record_attempt,
+)
 from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Task, resolve
 from pipelines.spark_conf import LOG4J2, session_settings
 
@@ -98,17 +106,32 @@ class JobRunner:
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
+        # the task watches this process and stops when it is gone (pipelines/jobs/layer_job.py)
+        env |= {
+            "LAKEHOUSE_RUNNER": RUNNER.split(":", 1)[1],
+            "LAKEHOUSE_RUNNER_GRACE_S": str(self.grace),
+        }
         return spark_submit_command(self.conf, task, params, self.master), env
 
-    def _attempt(self, task: Task, attempt: int) -> Attempt:
+    def _attempt(self, run: JobRun, task: Task, attempt: int) -> Attempt:
         cmd, env = self._command(task, attempt)
         log_path = self.logs / f"{task.key}-{attempt}.log"
         start = datetime.now(UTC)
         self._say(f"{task.key}: attempt {attempt} started (log {log_path})")
         with open(log_path, "wb", buffering=0) as log:  # unbuffered: the command line comes first
             log.write(("$ " + " ".join(cmd) + "\n").encode())
+            self._record(
+                run,
+                Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path)),
+            )
+            # SIGTERM to the task if this thread ends (the runner died): it stops gracefully
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (one prctl call, resolved before the fork)
             )
         timed_out, code = self._wait(task, proc), proc.returncode
         state, message = self._outcome(task, code, timed_out, log_path)
@@ -151,7 +174,7 @@ class JobRunner:
         retry_on = {RunState.FAILED} | ({RunState.TIMEDOUT} if task.retry_on_timeout else set())
         attempt = 0
         while True:
-            a = self._attempt(task, attempt)
+            a = self._attempt(run, task, attempt)
             self._record(run, a)
             detail = f": {a.message}" if a.message else ""
             self._say(f"{task.key}: attempt {attempt} {a.state} in {a.seconds:.1f}s{detail}")
@@ -226,6 +249,8 @@ class JobRunner:
 
     def run(self) -> JobRun:
         self.logs.mkdir(parents=True, exist_ok=True)
+        for closed in close_dead_runs(self.conf):
+            self._say(f"closed {closed}")
         run = JobRun(self.run_id, self.spec)
         main = threading.current_thread() is threading.main_thread()  # signals: main thread only
         previous = {sig: signal.signal(sig, self.stop) for sig in STOP_SIGNALS if main}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from urllib.parse import unquote, urlparse
 
@@ -13,13 +15,14 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from pipelines.config import LakehouseConf
+from pipelines.local.processes import process_start
 from pipelines.orchestration.spec import JobSpec
 
 
 class RunState(StrEnum):
     """The state of a task attempt, a task or a job run; the runs table holds its value."""
 
-    RUNNING = "RUNNING"  # the scheduler's "start it"; attempts are recorded once they end
+    RUNNING = "RUNNING"  # an attempt is recorded so when it starts, and again when it ends
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     TIMEDOUT = "TIMEDOUT"
@@ -33,11 +36,13 @@ FAILED_STATES = frozenset({RunState.FAILED, RunState.TIMEDOUT, RunState.UPSTREAM
 SCHEMA = (
     "run_id bigint, job string, task string, attempt int, state string, start_time timestamp, "
     "end_time timestamp, duration_s double, exit_code int, message string, log_path string, "
-    "spec string"
+    "spec string, runner string"
 )
 _ARROW = {"bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(), "string": pa.string()}
 _ARROW["timestamp"] = pa.timestamp("us", tz="UTC")
 RUNS_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in map(str.split, SCHEMA.split(","))])
+# this runner: host, pid and process start, which name it even after its pid is reused
+RUNNER = f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"
 
 
 @dataclass
@@ -46,14 +51,14 @@ class Attempt:
     attempt: int
     state: RunState
     start: datetime
-    end: datetime
+    end: datetime | None  # None while it runs
     exit_code: int | None
     message: str
     log_path: str
 
     @property
-    def seconds(self) -> float:
-        return (self.end - self.start).total_seconds()
+    def seconds(self) -> float | None:
+        return None if self.end is None else (self.end - self.start).total_seconds()
 
 
 @dataclass
@@ -78,9 +83,34 @@ def record_attempt(conf: LakehouseConf, run: JobRun, a: Attempt) -> None:
     """Append one attempt to the runs table."""
     row = {"run_id": run.run_id, "job": run.spec.name, "task": a.task, "attempt": a.attempt}
     row |= {"state": str(a.state), "start_time": a.start, "end_time": a.end}
-    row |= {"duration_s": round(a.seconds, 3), "exit_code": a.exit_code}
+    row |= {"duration_s": a.seconds and round(a.seconds, 3), "exit_code": a.exit_code}
     row |= {"message": a.message[:2000], "log_path": a.log_path, "spec": str(run.spec.source)}
-    write_deltalake(runs_table(conf), pa.Table.from_pylist([row], RUNS_SCHEMA), mode="append")
+    _append(conf, [row | {"runner": RUNNER}])
+
+
+def _append(conf: LakehouseConf, rows: list[dict]) -> None:
+    table = pa.Table.from_pylist(rows, RUNS_SCHEMA)
+    write_deltalake(runs_table(conf), table, mode="append", schema_mode="merge")
+
+
+def close_dead_runs(conf: LakehouseConf) -> list[str]:
+    """Close the attempts still RUNNING whose runner on this host is gone (it died, its tasks
+    stopped with it): each gets a FAILED row saying so. Returns what was closed."""
+    host = socket.gethostname()
+    closed, now = [], datetime.now(UTC)
+    for r in read_runs(conf, limit=1_000_000):
+        runner_host, _, rest = (r.get("runner") or "::").partition(":")
+        pid, _, started = rest.partition(":")
+        if r["state"] != RunState.RUNNING or runner_host != host or not pid.isdigit():
+            continue
+        if process_start(int(pid)) == (started if started != "None" else None):
+            continue  # its runner still runs
+        message = f"its job runner (pid {pid} on {host}) died; the task was stopped with it"
+        seconds = (now - r["start_time"]).total_seconds()
+        end = {"state": str(RunState.FAILED), "end_time": now, "duration_s": round(seconds, 3)}
+        _append(conf, [r | end | {"message": message, "exit_code": None}])
+        closed.append(f"run {r['run_id']} task {r['task']} attempt {r['attempt']}: {message}")
+    return closed
 
 
 def read_runs(conf: LakehouseConf, run_id: int | None = None, limit: int = 20) -> list[dict]:
@@ -93,5 +123,10 @@ def read_runs(conf: LakehouseConf, run_id: int | None = None, limit: int = 20) -
     # delta-io/delta-rs#2184); the table is append-only, small, and has no deletion vectors.
     rows = [r for f in files for r in pq.ParquetFile(unquote(urlparse(f).path)).read().to_pylist()]
     keep = {run_id} if run_id is not None else set(sorted({r["run_id"] for r in rows})[-limit:])
-    rows = [r for r in rows if r["run_id"] in keep]
-    return sorted(rows, key=lambda r: (r["run_id"], r["start_time"], r["attempt"]))
+    latest: dict[tuple, dict] = {}  # an attempt's RUNNING row, or its final row once it ended
+    for r in rows:
+        if r["run_id"] in keep:
+            attempt = (r["run_id"], r["task"], r["attempt"])
+            if attempt not in latest or latest[attempt]["state"] == RunState.RUNNING:
+                latest[attempt] = r
+    return sorted(latest.values(), key=lambda r: (r["run_id"], r["start_time"], r["attempt"]))

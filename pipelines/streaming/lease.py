@@ -16,11 +16,11 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pipelines.errors import JobFailedError
+from pipelines.local.processes import process_start
 
 TTL_S = 60.0  # a lease not renewed for this long belongs to a process that died
 RENEW_S = 10.0
@@ -28,14 +28,6 @@ RENEW_S = 10.0
 
 class CheckpointInUseError(JobFailedError):
     """Another process runs the job of this checkpoint; the message names it."""
-
-
-def _process_start(pid: int) -> str | None:
-    """When a process of this host started (clock ticks since boot), None if it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 class CheckpointLease:
@@ -50,7 +42,7 @@ class CheckpointLease:
         pid = os.getpid()
         since = datetime.now(UTC).isoformat(timespec="seconds")
         self.mine = {"job": job, "host": socket.gethostname(), "pid": pid, "since": since}
-        self.mine |= {"started": _process_start(pid), "token": uuid.uuid4().hex}
+        self.mine |= {"started": process_start(pid), "token": uuid.uuid4().hex}
         self.number: int | None = None
         self.renewed = 0.0
 
@@ -146,4 +138,4 @@ class CheckpointLease:
         pid = holder.get("pid")
         if holder.get("host") != self.mine["host"] or not isinstance(pid, int):
             return False
-        return _process_start(pid) != holder.get("started")
+        return process_start(pid) != holder.get("started")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -295,3 +296,64 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
         }
         committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
         assert with_rows and with_rows <= committed, (task, with_rows, committed)
+
+
+def _processes_of_runner(pid: int) -> list[int]:
+    """The processes started for the runner `pid`: its tasks' spark-submit JVMs and drivers."""
+    mine = f"LAKEHOUSE_RUNNER={pid}:".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mine in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return found
+
+
+def test_a_killed_runner_takes_its_tasks_with_it_and_its_rows_are_closed(spark, lake, tmp_path):
+    from pipelines.layers.bronze import bronze_tables
+    from pipelines.orchestration.runs import close_dead_runs
+
+    produce(lake, orders=100, seed=53)
+    env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second")
+    log = tmp_path / "runner.log"
+    command = [sys.executable, "-m", "pipelines.cli", "jobs", "run"]
+    command += ["conf/jobs/orders_continuous.yaml", "--param", "env=test"]
+    with open(log, "wb") as out:
+        runner = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    raw = bronze_tables(lake, lake.streams["orders"]).raw
+    deadline = time.monotonic() + 300
+    try:
+        while delta_commits(raw) < 2:  # the layers run and bronze has written
+            assert runner.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        tasks = _processes_of_runner(runner.pid)
+        assert len(tasks) >= 6, tasks  # three layers: a JVM and a Python driver each
+        os.killpg(runner.pid, signal.SIGKILL)  # what an OOM killer does: no word to anyone
+        runner.wait()
+        deadline = time.monotonic() + 120
+        while _processes_of_runner(runner.pid):
+            assert time.monotonic() < deadline, _processes_of_runner(runner.pid)
+            time.sleep(0.5)
+    finally:
+        for pid in _processes_of_runner(runner.pid):
+            os.kill(pid, signal.SIGKILL)
+
+    # the next runner closes the dead run's attempts (it calls this when it starts)
+    closed = close_dead_runs(lake)
+    assert len(closed) == 3, closed
+    rows = [r for r in read_runs(lake) if r["job"] == "orders-continuous"]
+    died = f"its job runner (pid {runner.pid} on {socket.gethostname()}) died"
+    assert {r["task"]: (r["state"], r["message"].split(";")[0]) for r in rows} == {
+        "setup": ("SUCCESS", ""),
+        "bronze": ("FAILED", died),
+        "silver": ("FAILED", died),
+        "gold": ("FAILED", died),
+    }
+    for r in rows:
+        if r["task"] != "setup":
+            assert "the job runner (pid" in Path(r["log_path"]).read_text()
+    assert close_dead_runs(lake) == []  # closed once
