@@ -259,6 +259,7 @@ def start_gold(
         checkpoint=tables.checkpoint,
         layer=conf.gold,
         once=once,
+        written=[*tables.aggregates.values(), tables.late, tables.high_water],
     )
 
 

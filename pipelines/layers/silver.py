@@ -154,6 +154,7 @@ def start_silver(
         checkpoint=tables.checkpoint,
         layer=conf.silver,
         once=once,
+        written=[tables.events, tables.quarantine, *([tables.state] if tables.state else [])],
     )
 
 

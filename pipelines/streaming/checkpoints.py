@@ -1,4 +1,5 @@
-"""Reading what a Structured Streaming checkpoint says about Kafka offsets (local storage)."""
+"""What a Structured Streaming checkpoint says (offsets, query id), and rebuilding one from what
+the tables recorded of it (local storage)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,30 @@ def query_id(checkpoint: str | Path) -> str | None:
     """The id Spark gave the query of this checkpoint (new when the checkpoint is new)."""
     f = Path(checkpoint) / "metadata"
     return json.loads(f.read_text().splitlines()[0]).get("id") if f.exists() else None
+
+
+def batch_record(checkpoint: str | Path, batch_id: int) -> dict[str, object]:
+    """What a batch's table commits record of the checkpoint (Spark's own files, verbatim), so
+    that a lost checkpoint can be rebuilt to run that batch again, the same batch."""
+    ck = Path(checkpoint)
+    record: dict[str, object] = {"query": query_id(ck), "batch": batch_id}
+    if not (ck / "offsets" / str(batch_id)).exists():  # a batch run by hand, not by the query
+        return record
+    record["offsets"] = (ck / "offsets" / str(batch_id)).read_text()
+    if batch_id > 0:
+        record["previous"] = (ck / "offsets" / str(batch_id - 1)).read_text()
+        record["commit"] = (ck / "commits" / str(batch_id - 1)).read_text()
+    return record
+
+
+def rebuild(checkpoint: str | Path, record: dict) -> None:
+    """A checkpoint in which the recorded batch is next, under its own query id: its writes that
+    committed are skipped (their transaction ids match), the others are done."""
+    ck, batch = Path(checkpoint), int(record["batch"])
+    for folder in ("offsets", "commits"):
+        (ck / folder).mkdir(parents=True, exist_ok=True)
+    (ck / "metadata").write_text(json.dumps({"id": record["query"]}) + "\n")
+    (ck / "offsets" / str(batch)).write_text(record["offsets"])
+    if batch > 0:
+        (ck / "offsets" / str(batch - 1)).write_text(record["previous"])
+        (ck / "commits" / str(batch - 1)).write_text(record["commit"])

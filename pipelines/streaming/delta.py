@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 from delta import exceptions
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipelines.config import GoldConf, SilverConf
+from pipelines.streaming import checkpoints
 
 log = logging.getLogger("lakehouse.delta")
 T = TypeVar("T")
@@ -30,19 +34,25 @@ WRITE_CONFLICTS = (
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 @contextmanager
-def idempotent_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+def idempotent_txn(
+    spark: SparkSession, app_id: str, version: int, metadata: str | None = None
+) -> Iterator[None]:
     """Tag the Delta writes (MERGE included) inside with (app_id, version); Delta skips a
-    version it already committed for that app id. The confs never outlive the block."""
-    spark.conf.set(TXN_APP_ID, app_id)
-    spark.conf.set(TXN_VERSION, str(version))
+    version it already committed for that app id. `metadata` goes to the commits' userMetadata.
+    The confs never outlive the block."""
+    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata}
+    for key, value in confs.items():
+        if value is not None:
+            spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset(TXN_APP_ID)
-        spark.conf.unset(TXN_VERSION)
+        for key in confs:
+            spark.conf.unset(key)
 
 
 def snapshot(spark: SparkSession, path: str):
@@ -73,6 +83,28 @@ def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -
     return write()  # the last attempt: a conflict now is raised
 
 
+def recover_checkpoint(spark: SparkSession, checkpoint: str, written: list[str], name: str) -> None:
+    """With no checkpoint but tables that recorded batches of it, rebuild it where the newest
+    recorded batch left off: every table then ends as if the checkpoint had never been lost."""
+    if checkpoints.query_id(checkpoint) is not None:
+        return
+    records = []
+    for path in written:
+        if DeltaTable.isDeltaTable(spark, path):
+            for row in DeltaTable.forPath(spark, path).history(100).collect():
+                record = json.loads(row["userMetadata"] or "{}")
+                if {"query", "batch", "offsets"} <= record.keys():
+                    records.append((row["timestamp"], record["batch"], record))
+    if records:
+        _, batch, record = max(records, key=lambda r: r[:2])
+        checkpoints.rebuild(checkpoint, record)
+        print(
+            f"{name}: checkpoint {checkpoint} was lost; rebuilt from the tables it wrote, batch "
+            f"{batch} of query {record['query']} next",
+            file=sys.stderr,
+        )
+
+
 def start_delta_to_batches(
     spark: SparkSession,
     source: str,
@@ -82,9 +114,12 @@ def start_delta_to_batches(
     checkpoint: str,
     layer: SilverConf | GoldConf,
     once: bool,
+    written: list[str],
 ):
     """Stream a Delta table's new rows into a foreachBatch sink: available-now or continuous,
-    taking the layer's trigger interval and files per micro-batch."""
+    taking the layer's trigger interval and files per micro-batch. A lost checkpoint is rebuilt
+    first from what the tables the sink writes (`written`) recorded of it."""
+    recover_checkpoint(spark, checkpoint, written, name)
     reader = spark.readStream.format("delta")
     if layer.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", layer.max_files_per_trigger)

@@ -9,6 +9,7 @@ cached frames of a batch, unpersisted whatever happens. A layer writes only `wri
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -81,7 +82,8 @@ class IdempotentSink:
         """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
         ids, retried on write conflicts; Delta skips it if this batch already committed it."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
-        tagged = idempotent_txn(self.spark, self.app_id(table), batch_id)(write)
+        record = json.dumps(checkpoints.batch_record(self.checkpoint, batch_id))
+        tagged = idempotent_txn(self.spark, self.app_id(table), batch_id, record)(write)
         retry_on_conflict(tagged, what=table)
 
     def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
