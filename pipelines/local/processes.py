@@ -1,4 +1,4 @@
-"""Processes this project starts and tracks: is one alive, and how to stop one."""
+"""Processes this project starts and tracks: is one alive, its log's last lines, how to stop one."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a log file, or a note that it is missing."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} is missing)"
 
 
 def _reap(pid: int, *, block: bool = False) -> int | None:
