@@ -15,6 +15,7 @@ import sys
 
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
+from pipelines.layers.quality import run_quality
 from pipelines.streaming.spark import build_spark
 
 
@@ -24,8 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
     args = parser.parse_args(argv)
     with exit_on_known_errors():
-        from pipelines.layers.quality import run_quality
-
         conf = load_config(args.env)
         spark = build_spark(conf, app_name="lakehouse-quality")
         for o in run_quality(spark, conf, args.tables or None):
