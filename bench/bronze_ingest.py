@@ -78,16 +78,15 @@ def main() -> None:
         }
     )
     # ~2.4 records per order once re-deliveries and invalid records are added
-    plan = generate_orders_stream(
-        StreamOptions(
-            orders=int(args.records / 2.3),
-            seed=99,
-            redelivery_rate=0.05,
-            invalid_rate=0.02,
-            out_of_order_rate=0.1,
-            null_key_rate=0.02,
-        )
+    options = StreamOptions(
+        orders=int(args.records / 2.3),
+        seed=99,
+        redelivery_rate=0.05,
+        invalid_rate=0.02,
+        out_of_order_rate=0.1,
+        null_key_rate=0.02,
     )
+    plan = generate_orders_stream(options)
     plan.records = plan.records[: args.records]
     produced = produce_plan(conf, plan, topic, track=False, progress=True)
     n = len(plan.records)
@@ -109,8 +108,7 @@ def main() -> None:
     rows = spark.read.format("delta").load(bronze_tables(conf, conf.stream("orders")).raw).count()
     assert rows == n, f"bronze holds {rows:,} rows, expected {n:,}"
     rate = n / seconds
-    ratio = rate / perf["records_per_s"]
-    steady_ratio = steady / perf["records_per_s"]
+    ratio, steady_ratio = (r / perf["records_per_s"] for r in (rate, steady))
     print(
         f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
         f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)"
@@ -133,9 +131,8 @@ def main() -> None:
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "machine": {"cores": os.cpu_count()},
     }
-    out_dir = Path(__file__).parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    out = out_dir / f"bronze_ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out = Path(__file__).parent / f"results/bronze_ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {out}")
     spark.stop()

@@ -22,6 +22,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
@@ -47,7 +48,7 @@ from silver.order_events import parse_events
 CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
 EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
 T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
-LAYERS = ("bronze", "silver", "gold")
+LAYERS = {"bronze": start_bronze, "silver": start_silver, "gold": start_gold}
 # the gold tables that windowed `paid` and `created` events land in
 REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
 
@@ -93,12 +94,9 @@ def delta_commits(table: str) -> Iterator[dict]:
 
 def gold_batch_ends(checkpoint: str) -> dict[int, tuple[int, int]]:
     """Gold batch id -> (silver version, index) its Delta source offset ends at."""
-    ends = {}
-    for f in Path(checkpoint, "offsets").iterdir():
-        if f.name.isdigit():
-            source = json.loads(f.read_text().splitlines()[2])
-            ends[int(f.name)] = (source["reservoirVersion"], source["index"])
-    return ends
+    files = (f for f in Path(checkpoint, "offsets").iterdir() if f.name.isdigit())
+    sources = {int(f.name): json.loads(f.read_text().splitlines()[2]) for f in files}
+    return {batch: (s["reservoirVersion"], s["index"]) for batch, s in sources.items()}
 
 
 def first_covering_batch(ends: dict[int, tuple[int, int]], version: int) -> int | None:
@@ -108,15 +106,13 @@ def first_covering_batch(ends: dict[int, tuple[int, int]], version: int) -> int 
 
 
 def percentiles(df, column: str) -> dict[str, float]:
-    row = df.agg(
-        F.count(column).alias("n"),
-        F.expr(f"percentile({column}, array(0.5, 0.9, 0.99))").alias("p"),
-        F.max(column).alias("max"),
+    n, quantiles, top = df.agg(
+        F.count(column), F.percentile(column, [0.5, 0.9, 0.99]), F.max(column)
     ).first()
-    if not row["n"]:
+    if not n:
         return {"n": 0}
-    p50, p90, p99 = row["p"]
-    return {"n": row["n"], "p50": p50, "p90": p90, "p99": p99, "max": float(row["max"])}
+    p50, p90, p99 = quantiles
+    return {"n": n, "p50": p50, "p90": p90, "p99": p99, "max": float(top)}
 
 
 def measure_bronze_max(spark: SparkSession, conf: LakehouseConf, records: list) -> float:
@@ -170,11 +166,9 @@ def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress:
         .withColumn("kafka_ms", F.unix_millis("kafka_timestamp"))
     )
     # attribution check: events per gold batch must equal the batch's input rows
-    attributed = dict(events.groupBy("gold_batch").count().collect())
+    attributed = Counter(dict(events.groupBy("gold_batch").count().collect()))
     reported = {b: p["rows"] for b, p in progress.get("gold", {}).items() if p["rows"]}
-    mismatched = {
-        b: (attributed.get(b, 0), n) for b, n in reported.items() if attributed.get(b, 0) != n
-    }
+    mismatched = {b: (attributed[b], n) for b, n in reported.items() if attributed[b] != n}
     late = delta.load(gold.late).select("event_id")
     windowed = (
         events.where(F.col("event_type").isin("created", "paid"))
@@ -186,11 +180,9 @@ def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress:
         .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
     ).cache()
     per_minute = {
-        int(r["minute"]): {"n": r["n"], "p50": r["p"][0], "p99": r["p"][1]}
-        for r in windowed.groupBy("minute")
-        .agg(
-            F.count("*").alias("n"), F.expr("percentile(freshness_s, array(0.5, 0.99))").alias("p")
-        )
+        int(minute): {"n": n, "p50": p50, "p99": p99}
+        for minute, n, (p50, p99) in windowed.groupBy("minute")
+        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
         .orderBy("minute")
         .collect()
     }
@@ -234,9 +226,8 @@ def main() -> None:
     parser.add_argument("--env", default="local")
     args = parser.parse_args()
 
-    conf = load_config(args.env)
+    conf = load_config(args.env).updated({"spark.driver_memory": "6g"})
     broker.start(conf)
-    conf = conf.updated({"spark.driver_memory": "6g"})
     if args.trigger:
         conf = conf.updated({f"{layer}.trigger_interval": args.trigger for layer in LAYERS})
     triggers = {layer: getattr(conf, layer).trigger_interval for layer in LAYERS}
@@ -249,21 +240,15 @@ def main() -> None:
         print(f"generating a backlog of {args.backlog:,} records ...", flush=True)
         bronze_max = measure_bronze_max(spark, conf, generate(args.backlog)[: args.backlog])
         rate = bronze_max / 2
-        print(
-            f"bronze maximum: {bronze_max:,.0f} rows/s (backlog drained with --once); "
-            f"running at half: {rate:,.0f} records/s",
-            flush=True,
-        )
+        print(f"bronze maximum {bronze_max:,.0f}/s, running at half: {rate:,.0f}/s", flush=True)
     total = int(rate * args.minutes * 60)
     print(f"generating {total:,} records ...", flush=True)
-    records = generate(total, first_chunk=100)[:total]
+    plan = StreamPlan(with_every_twist(), generate(total, first_chunk=100)[:total])
 
     conf = fresh(conf, "orders")
     topic = conf.stream("orders").topic
     seed_dimensions(spark, conf)
-    queries = {"bronze": start_bronze(spark, conf)}
-    queries["silver"] = start_silver(spark, conf)
-    queries["gold"] = start_gold(spark, conf)
+    queries = {layer: start(spark, conf) for layer, start in LAYERS.items()}
     printers = {name: ConsoleProgress(name) for name in queries}
     progress: dict = {}
     print(
@@ -272,7 +257,6 @@ def main() -> None:
         flush=True,
     )
     started_ms = int(time.time() * 1000)
-    plan = StreamPlan(with_every_twist(), records)
     with ThreadPoolExecutor(1) as pool:
         sending = pool.submit(produce_plan, conf, plan, topic, track=False, rate=rate)
         while not sending.done():
@@ -294,10 +278,8 @@ def main() -> None:
     result = analyse(spark, conf, started_ms, progress)
     gold_batches = progress.get("gold", {})
     state_rows = [p["state_rows"] for _, p in sorted(gold_batches.items())]
-    quarters = [
-        state_rows[min(len(state_rows) - 1, len(state_rows) * q // 4)] for q in (1, 2, 3, 4)
-    ]
-    f, s = result["freshness_s"], result["kafka_to_silver_s"]
+    quarters = [state_rows[min(len(state_rows) - 1, len(state_rows) * q // 4)] for q in range(1, 5)]
+    f, s, per_minute = result["freshness_s"], result["kafka_to_silver_s"], result["per_minute"]
     report = [
         f"rate: {rate:,.0f} records/s for {sent_s:.0f}s ({total:,} records, scheduled for "
         f"{total / rate:.0f}s; bronze maximum {bronze_max and f'{bronze_max:,.0f}'} rows/s)",
@@ -306,14 +288,12 @@ def main() -> None:
         f"events: p50 {f['p50']:.1f}s, p90 {f['p90']:.1f}s, p99 {f['p99']:.1f}s, max {f['max']:.1f}s",
         f"  of which Kafka -> silver/order_events committed: p50 {s['p50']:.1f}s, p99 {s['p99']:.1f}s",
         "  per minute of sending (p50 / p99): "
-        + ", ".join(
-            f"{m}: {v['p50']:.1f}/{v['p99']:.1f}s" for m, v in result["per_minute"].items()
-        ),
+        + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}s" for m, v in per_minute.items()),
         f"gold state store rows per batch at 25/50/75/100% of {len(state_rows)} batches: {quarters} "
         f"(state operators: {max((p['state_operators'] for p in gold_batches.values()), default=0)})",
         f"gold tables: {result['gold_rows']}; late events recorded: {result['late_events']:,}",
         f"attribution check (events per gold batch = its input rows): "
-        f"{'ok' if not result['attribution_mismatches'] else result['attribution_mismatches']}",
+        f"{result['attribution_mismatches'] or 'ok'}",
     ]
     for name in queries:
         b = progress.get(name, {})

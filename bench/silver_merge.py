@@ -65,17 +65,14 @@ def seed_orders(spark: SparkSession, path: str, rows: int) -> None:
 def batch_events(spark: SparkSession, table_rows: int, batch: int, n: int):
     """Events of one micro-batch: half move recent orders to seq 2, half create new orders."""
     half = batch // 2
-    updates = spark.range(table_rows - (n + 1) * half, table_rows - n * half).select(
-        F.col("id"), F.lit(2).alias("seq"), F.lit("paid").alias("event_type")
-    )
-    inserts = spark.range(table_rows + n * half, table_rows + (n + 1) * half).select(
-        F.col("id"), F.lit(1).alias("seq"), F.lit("created").alias("event_type")
-    )
-    return updates.unionByName(inserts).select(
+    updates = spark.range(table_rows - (n + 1) * half, table_rows - n * half)
+    inserts = spark.range(table_rows + n * half, table_rows + (n + 1) * half)
+    events = updates.withColumn("seq", F.lit(2)).unionByName(inserts.withColumn("seq", F.lit(1)))
+    return events.select(
         F.format_string("e-%012d-%d", F.col("id"), F.col("seq")).alias("event_id"),
         F.format_string(ORDER_ID, F.col("id")).alias("order_id"),
         F.col("seq").cast("bigint"),
-        F.col("event_type"),
+        F.when(F.col("seq") == 2, "paid").otherwise("created").alias("event_type"),
         F.lit("c-00001").alias("customer_id"),
         F.lit("p-0001").alias("product_id"),
         F.lit(2).cast("bigint").alias("quantity"),
@@ -122,7 +119,7 @@ def main() -> None:
         seed_orders(spark, tables.state, size)
         print(f"silver/orders with {size:,} rows written in {time.monotonic() - t0:.1f}s")
         batches = (batch_events(spark, size, args.batch, n) for n in itertools.count())
-        figures = {}
+        figures = results[size] = {}
         for mode in MODES:
             merge_batch(spark, tables.state, next(batches), bounded=True)  # warm-up
             times = [
@@ -138,18 +135,14 @@ def main() -> None:
         # each mode merged a warm-up and the timed batches, each adding `batch // 2` new orders
         expected = size + 2 * (args.batches + 1) * (args.batch // 2)
         assert rows == expected, f"{rows} rows, expected {expected}"
-        results[size] = figures
     small, large = min(args.sizes), max(args.sizes)
     summary = {mode: results[large][mode] / results[small][mode] for mode in MODES}
     print(
-        f"ratio {large:,} / {small:,} rows: bounded {summary['bounded']:.2f}, "
-        f"unbounded {summary['unbounded']:.2f}"
+        f"ratio {large:,} / {small:,} rows: {', '.join(f'{m} {r:.2f}' for m, r in summary.items())}"
     )
     out = Path(__file__).parent / "results" / f"silver_merge-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(
-        json.dumps({"batch": args.batch, "seconds": results, "ratio": summary}, indent=2)
-    )
+    out.write_text(json.dumps(dict(batch=args.batch, seconds=results, ratio=summary), indent=2))
     print(f"results: {out}")
 
 

@@ -40,15 +40,14 @@ TWISTS = {  # --option: the StreamOptions rate it sets, help
 }
 
 
-def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int:
+def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
     """start | stop | status of the local broker (`kafka`) or the standalone cluster (`cluster`)."""
     service = importlib.import_module(SERVICES[args.command][0])
-    if args.action != "status":
-        getattr(service, args.action)(conf)
-        return ExitCode.OK
-    st = service.status(conf)
-    print(f"{args.command}: {st.detail}")
-    return ExitCode.OK if st.running else ExitCode.UNREACHABLE
+    if args.action == "status":
+        st = service.status(conf)
+        print(f"{args.command}: {st.detail}")
+        return ExitCode.OK if st.running else ExitCode.UNREACHABLE
+    getattr(service, args.action)(conf)
 
 
 def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
@@ -124,9 +123,8 @@ def produce(conf: LakehouseConf, args: argparse.Namespace) -> None:
 
 def run_layer(conf: LakehouseConf, args: argparse.Namespace) -> int:
     job = importlib.import_module(f"pipelines.jobs.{args.layer}_job")
-    flags = ["--env", args.env] if args.env else []
-    flags += ["--stream", args.stream] + ["--once"] * args.once + ["--quiet"] * args.quiet
-    return job.main(flags)
+    flags = ["--env", conf.env, "--stream", args.stream]
+    return job.main(flags + ["--once"] * args.once + ["--quiet"] * args.quiet)
 
 
 def seed(conf: LakehouseConf, args: argparse.Namespace) -> None:
@@ -140,7 +138,7 @@ def seed(conf: LakehouseConf, args: argparse.Namespace) -> None:
 def dq(conf: LakehouseConf, args: argparse.Namespace) -> int:
     from pipelines.jobs import quality_job
 
-    return quality_job.main((["--env", args.env] if args.env else []) + args.tables)
+    return quality_job.main(["--env", conf.env, *args.tables])
 
 
 def demo(conf: LakehouseConf, args: argparse.Namespace) -> None:

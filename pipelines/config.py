@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import os
 import re
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, TypeAdapter
@@ -58,7 +57,7 @@ Share = Annotated[float, Field(ge=0, le=1)]
 
 
 class _Section(BaseModel):
-    # Strict: a YAML value must have the field's type; environment text is parsed by _parse_env.
+    # Strict: a YAML value must have the field's type; environment text is parsed by it first.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
@@ -267,29 +266,24 @@ class LakehouseConf(_Section):
 
 
 def _table_rel(table: str) -> Path:
-    parts = re.split(r"[./]", table)
-    if not all(re.fullmatch(r"[A-Za-z0-9_\-]+", p) for p in parts):
+    if not re.fullmatch(r"[\w-]+([./][\w-]+)*", table, re.ASCII):
         raise InvalidConfigError(
             f"bad table name {table!r}: use layer/name, e.g. bronze/orders_raw"
         )
-    return Path(*parts)
+    return Path(*re.split(r"[./]", table))
 
 
 def _resolve(path: str) -> Path:
-    p = Path(os.path.expanduser(path))
-    return p if p.is_absolute() else (REPO_ROOT / p)
-
-
-def conf_dir() -> Path:
-    return Path(os.environ.get("LAKEHOUSE_CONF_DIR", REPO_ROOT / "conf"))
+    return REPO_ROOT / Path(path).expanduser()  # an absolute path replaces REPO_ROOT
 
 
 def load_config(env: str | None = None, path: str | Path | None = None) -> LakehouseConf:
     """Load `conf/<env>.yaml` (or `path`), apply LAKEHOUSE__* variables, and check every key."""
     env = env or os.environ.get("LAKEHOUSE_ENV", "local")
-    file = Path(path) if path else conf_dir() / f"{env}.yaml"
+    folder = Path(os.environ.get("LAKEHOUSE_CONF_DIR", REPO_ROOT / "conf"))
+    file = Path(path) if path else folder / f"{env}.yaml"
     if not file.is_file():
-        available = sorted(p.stem for p in conf_dir().glob("*.yaml"))
+        available = sorted(p.stem for p in folder.glob("*.yaml"))
         raise InvalidConfigError(
             f"no configuration file {file} for environment {env!r} (available: {available})"
         )
@@ -305,18 +299,13 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
         if name.startswith(ENV_PREFIX):
             keys = name[len(ENV_PREFIX) :].lower().split("__")
             where = f"environment variable {name}"
-            try:
-                _put(tree, keys, _parse_env(keys, text), where, sources)
+            try:  # the text parsed by the type of the key it sets; "" is null
+                value = None if text == "" else TypeAdapter(_field_type(keys)).validate_python(text)
+                _put(tree, keys, value, where, sources)
             except ValidationError as e:
                 problems += [_problem(err, {}, where, tuple(keys)) for err in e.errors()]
-    password = os.environ.get(SASL_PASSWORD_ENV)
-    secret = SecretStr(password) if password else None
+    secret = os.environ.get(SASL_PASSWORD_ENV) or None
     return _validated(tree, sources, problems, secret, env=env, source=str(file))
-
-
-def _parse_env(keys: list[str], text: str) -> Any:
-    """An environment variable's text parsed by the type of the key it sets ("" is null)."""
-    return None if text == "" else TypeAdapter(_field_type(keys)).validate_python(text)
 
 
 def _field_type(keys: list[str]) -> Any:
@@ -324,11 +313,10 @@ def _field_type(keys: list[str]) -> Any:
     text stays text and the whole-tree check refuses it, naming where it came from."""
     field_type: Any = LakehouseConf
     for key in keys:
-        if typing.get_origin(field_type) is dict:
-            field_type = typing.get_args(field_type)[1]
-        elif isinstance(field_type, type) and issubclass(field_type, _Section):
-            field = field_type.model_fields.get(key)
-            field_type = field.annotation if field else Any
+        if get_origin(field_type) is dict:
+            field_type = get_args(field_type)[1]
+        elif key in getattr(field_type, "model_fields", {}):
+            field_type = field_type.model_fields[key].annotation
         else:
             return Any
     return field_type
@@ -366,9 +354,8 @@ def _validated(
         conf = LakehouseConf.model_validate({**tree, **fixed})
     except ValidationError as e:
         problems += [_problem(err, sources, fixed["source"]) for err in e.errors()]
-    else:
-        if not problems:
-            return conf
+    if not problems:  # a ValidationError always has errors: `conf` is set here
+        return conf
     if len(problems) == 1:
         raise InvalidConfigError(problems[0])
     raise InvalidConfigError(f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems))
@@ -382,10 +369,9 @@ def _where(key: str, sources: dict[str, str], default: str) -> str:
 
 
 def _unknown(key: str, where: str) -> str:
-    section = key.rpartition(".")[0]
-    model = _field_type(section.split(".") if section else [])
-    known = sorted(k for k in model.model_fields if k not in ("env", "source"))
-    of = f" of {section}" if section else ""
+    *section, _ = key.split(".")
+    known = sorted(set(_field_type(section).model_fields) - {"env", "source"})
+    of = f" of {'.'.join(section)}" if section else ""
     return f"unknown key {key!r} in {where}; known keys{of}: {', '.join(known)}"
 
 
@@ -406,10 +392,9 @@ def _problem(error: ErrorDetails, sources: dict, default: str, prefix: tuple = (
     if kind == "literal_error":
         choices = ", ".join(re.findall(r"'([^']*)'", ctx["expected"]))
         return f"{key} in {where}: {value!r} is not one of {choices}"
+    family = kind.split("_")[0]
     if kind in _BOUNDS:
         expected = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"
-    elif kind.split("_")[0] in _EXPECTED:
-        expected = f"expected {_EXPECTED[kind.split('_')[0]]}"
-    else:
-        expected = error["msg"]  # our own checks' messages ("expected a duration ...")
+    else:  # our own checks' messages are pydantic's ("expected a duration ...")
+        expected = f"expected {_EXPECTED[family]}" if family in _EXPECTED else error["msg"]
     return f"{key} in {where}: {expected}, got {value!r}"

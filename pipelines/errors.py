@@ -42,8 +42,6 @@ class UnreachableError(LakehouseError):
 class JobFailedError(LakehouseError):
     """A query, a task or a tool stopped with an error; the message names what and why."""
 
-    exit_code = ExitCode.JOB_FAILED
-
 
 class QualityError(LakehouseError):
     """A data-quality suite with the `fail` policy did not pass."""

@@ -52,8 +52,7 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
         "kafka.default.api.timeout.ms": str(k.request_timeout_s * 1000),
     }
     if k.sasl_mechanism:
-        plain = k.sasl_mechanism == "PLAIN"
-        login = "plain.PlainLoginModule" if plain else "scram.ScramLoginModule"
+        login = {"PLAIN": "plain.PlainLoginModule"}.get(k.sasl_mechanism, "scram.ScramLoginModule")
         user = (k.sasl_username or "").replace('"', '\\"')
         secret = _password(conf).replace('"', '\\"')
         options["kafka.sasl.mechanism"] = k.sasl_mechanism

@@ -16,6 +16,7 @@ import sys
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.jobs.layer_job import stop_with_runner
+from pipelines.layers.quality import run_quality
 from pipelines.streaming.spark import build_spark
 
 
@@ -26,8 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop_with_runner()
     with exit_on_known_errors():
-        from pipelines.layers.quality import run_quality
-
         conf = load_config(args.env)
         spark = build_spark(conf, app_name="lakehouse-quality")
         for o in run_quality(spark, conf, args.tables or None):

@@ -17,7 +17,7 @@ from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import admin_client
 from pipelines.local.jars import java_executable, kafka_jars
-from pipelines.local.processes import pid_alive, terminate
+from pipelines.local.processes import pid_alive, tail, terminate
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 LOG4J2 = RESOURCES / "kafka-log4j2.properties"
@@ -39,7 +39,6 @@ class BrokerStatus:
 def _paths(conf: LakehouseConf) -> dict[str, Path]:
     d = conf.broker_data_dir
     return {
-        "dir": d,
         "props": d / "server.properties",
         "logs": d / "logs",
         "data": d / "kraft-logs",
@@ -120,7 +119,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                 f"stop it or choose another port (local_broker.port / local_broker.controller_port "
                 f"in {conf.source})"
             )
-    for d in (p["dir"], p["logs"], p["data"]):
+    for d in (p["logs"], p["data"]):
         d.mkdir(parents=True, exist_ok=True)
     p["props"].write_text(SERVER_PROPERTIES.read_text().format(**b.model_dump(), data=p["data"]))
     jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dkafka.logs.dir={p['logs']}"]
@@ -130,7 +129,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         if not (p["data"] / "meta.properties").exists():
             _format_storage(jvm, p)
         say(
-            f"kafka: starting Apache Kafka {b.version} (KRaft) at {current.address}, data in {p['dir']}"
+            f"kafka: starting Apache Kafka {b.version} (KRaft) at {current.address}, data in {conf.broker_data_dir}"
         )
         heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
         cmd = [*jvm, *heap, "kafka.Kafka", str(p["props"])]
@@ -142,7 +141,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         if not pid_alive(pid):
             raise LocalBrokerError(
                 f"Kafka exited during start-up; last lines of {p['out']} and "
-                f"{p['logs'] / 'server.log'}:\n{_tail(p['out'])}\n{_tail(p['logs'] / 'server.log')}"
+                f"{p['logs'] / 'server.log'}:\n{tail(p['out'])}\n{tail(p['logs'] / 'server.log')}"
             )
         if _answers(conf, timeout=2.0):
             st = status(conf)
@@ -165,10 +164,3 @@ def stop(conf: LakehouseConf, *, quiet: bool = False, timeout_s: float = 30) -> 
     terminate(pid, group=False, grace_s=timeout_s)
     _paths(conf)["pid"].unlink(missing_ok=True)
     say(f"kafka: stopped (pid {pid})")
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} is missing)"

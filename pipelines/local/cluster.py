@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import STDOUT, Popen
 
 import pyspark
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable
-from pipelines.local.processes import pid_alive, terminate
+from pipelines.local.processes import pid_alive, tail, terminate
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
@@ -82,10 +82,8 @@ def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **optio
     flags = [s for k, v in options.items() for s in (f"--{k.replace('_', '-')}", str(v))]
     cmd = [java_executable(), "-Xmx512m", "-cp", f"{spark_home}/jars/*", main_class, *flags, *args]
     with open(d / f"{name}.out", "ab") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True
-        )
-    (d / f"{name}.pid").write_text(str(proc.pid))
+        pid = Popen(cmd, stdout=log, stderr=STDOUT, env=env, cwd=d, start_new_session=True).pid
+    (d / f"{name}.pid").write_text(str(pid))
 
 
 def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
@@ -111,21 +109,19 @@ def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
     while True:
         st = status(conf)
         if st.running and st.alive_workers >= c.workers:
-            break
+            say(f"cluster: {st.detail}")
+            return st
         alive = _pids(conf)
         dead = [n for n in ("master", *workers) if n not in alive]
         if dead or time.monotonic() > deadline:
             out = d / f"{dead[0] if dead else 'master'}.out"
-            tail = out.read_text(errors="replace").splitlines()[-5:] if out.exists() else []
             why = f"{', '.join(dead)} exited" if dead else f"not ready after {c.start_timeout_s}s"
             stop(conf, quiet=True)
             raise ClusterError(
                 f"standalone cluster {c.master_url}: {why} ({st.detail}); "
-                f"last lines of {out}:\n" + "\n".join(tail)
+                f"last lines of {out}:\n{tail(out, 5)}"
             )
         time.sleep(0.5)
-    say(f"cluster: {st.detail}")
-    return st
 
 
 def stop(conf: LakehouseConf, quiet: bool = False) -> None:

@@ -52,8 +52,7 @@ def java_executable() -> str:
     """The `java` to run: $JAVA_HOME/bin/java, else the one on PATH."""
     java_home = os.environ.get("JAVA_HOME")
     in_java_home = java_home and shutil.which("java", path=Path(java_home) / "bin")
-    java = in_java_home or shutil.which("java")
-    if not java:
+    if not (java := in_java_home or shutil.which("java")):
         raise JarResolutionError(
             "Java was not found: install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) "
             "or set JAVA_HOME"
@@ -62,10 +61,9 @@ def java_executable() -> str:
 
 
 def _ivy_jar() -> Path:
-    found = sorted(PYSPARK_JARS.glob("ivy-*.jar"))
-    if not found:
+    if not (newest := max(PYSPARK_JARS.glob("ivy-*.jar"), default=None)):
         raise JarResolutionError(f"pyspark ships no Apache Ivy jar in {PYSPARK_JARS}")
-    return found[-1]
+    return newest
 
 
 def _artifact_name(jar: str) -> str:
@@ -114,8 +112,7 @@ def _locked(folder: Path) -> Iterator[None]:
 def _resolve(
     dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str], verify: bool
 ) -> list[Path]:
-    """Retrieve the jars into `target` and check them against the recorded checksums, unless the
-    marker says these dependencies passed these checksums already (`verify=False`: recording)."""
+    """Retrieve the jars into `target` and verify them, unless its marker says they passed."""
     expected = _recorded(target.name)
     if verify and not expected:
         raise JarResolutionError(
@@ -140,7 +137,8 @@ def _resolve(
 
 def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: list[str]) -> None:
     """Have Ivy fetch `dependencies` without `excludes` (`<exclude>` attributes) into `target`."""
-    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
     repo = os.environ.get("LAKEHOUSE_MAVEN_REPO", DEFAULT_REPO)
     work = target.parent / f".{target.name}.ivy"
     work.mkdir(exist_ok=True)
@@ -150,13 +148,8 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
     ]
     lines += [f"    <exclude {attributes}/>" for attributes in excludes]
     (work / "ivy.xml").write_text(
-        f"""<ivy-module version="2.0">
-  <info organisation="lakehouse" module="{target.name}"/>
-  <dependencies>
-{chr(10).join(lines)}
-  </dependencies>
-</ivy-module>
-"""
+        f'<ivy-module version="2.0"><info organisation="lakehouse" module="{target.name}"/>\n'
+        f"  <dependencies>\n{chr(10).join(lines)}\n  </dependencies>\n</ivy-module>\n"
     )
     (work / "ivysettings.xml").write_text(
         '<ivysettings><settings defaultResolver="central"/><resolvers>\n'
@@ -166,8 +159,6 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
     cmd = [java_executable(), "-jar", str(_ivy_jar()), "-settings", str(work / "ivysettings.xml")]
     cmd += ["-cache", str(cache), "-ivy", str(work / "ivy.xml"), "-confs", "default", "-sync"]
     cmd += ["-retrieve", str(target / "[organisation]__[artifact]-[revision](-[classifier]).[ext]")]
-    for old in target.glob("*.jar"):
-        old.unlink()
     # Other checkouts share the Ivy cache, and Ivy keeps its resolution report there.
     with _locked(cache):
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -183,8 +174,7 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
 
 
 def spark_jars(*, verify: bool = True) -> list[Path]:
-    """Delta and the Kafka source with their dependencies, minus what pyspark already ships (no
-    library lands twice on the classpath)."""
+    """Delta and the Kafka source with their dependencies, minus the libraries pyspark ships."""
     target = home() / "jars" / SPARK_FOLDER
     excludes = [
         f'org="org.apache.spark" module="spark-{m}_{SCALA}"' for m in ("core", "sql", "catalyst")
@@ -198,11 +188,8 @@ def spark_jars(*, verify: bool = True) -> list[Path]:
 def kafka_jars(version: str, *, verify: bool = True) -> Path:
     """A folder with the Kafka broker and its tools (ConsumerPerformance among them)."""
     target = home() / "jars" / f"kafka-{version}"
-    deps = [
-        ("org.apache.kafka", "kafka_2.13", version),
-        ("org.apache.kafka", "kafka-tools", version),
-        ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"),
-    ]
+    deps = [("org.apache.kafka", name, version) for name in ("kafka_2.13", "kafka-tools")]
+    deps.append(("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.4"))
     _resolve(deps, target, [], verify)
     return target
 
@@ -233,7 +220,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Fetch and verify the JVM jars.")
     parser.add_argument("--record", action="store_true", help="write jars.sha256 from the jars")
     with exit_on_known_errors():
-        if parser.parse_args().record:
-            record()
-        else:
-            main()
+        (record if parser.parse_args().record else main)()

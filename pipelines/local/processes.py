@@ -1,4 +1,4 @@
-"""Processes this project starts and tracks: is one alive, and how to stop one."""
+"""Processes this project starts and tracks: is one alive, its log's last lines, how to stop one."""
 
 from __future__ import annotations
 
@@ -44,6 +44,14 @@ def die_with_parent() -> None:
     however its process died (SIGKILL included). Linux only; elsewhere nothing."""
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a log file, or a note that it is missing."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} is missing)"
 
 
 def _reap(pid: int, *, block: bool = False) -> int | None:

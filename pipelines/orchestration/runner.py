@@ -84,8 +84,7 @@ class JobRunner:
                 f"(it has: {', '.join(spec.parameters) or 'none'})"
             )
         self.conf, self.spec, self.master, self.echo = conf, spec, master, echo
-        self.grace = grace_seconds
-        self.env = dict(os.environ if env is None else env)
+        self.grace, self.env = grace_seconds, dict(os.environ if env is None else env)
         self.parameters = {**spec.parameters, **(parameters or {})}
         self.run_id = int(time.time() * 1000)
         self.logs = conf.root / "_jobs" / "logs" / str(self.run_id)
@@ -96,7 +95,6 @@ class JobRunner:
     def _say(self, message: str) -> None:
         self.echo(f"[{self.spec.name}] {message}")
 
-    # --- one task ------------------------------------------------------------------------------
     def _command(self, task: Task, attempt: int) -> tuple[list[str], dict[str, str]]:
         """The attempt's spark-submit command line and environment."""
         refs = {f"job.parameters.{k}": v for k, v in self.parameters.items()}
@@ -117,13 +115,10 @@ class JobRunner:
         cmd, env = self._command(task, attempt)
         log_path = self.logs / f"{task.key}-{attempt}.log"
         start = datetime.now(UTC)
-        self._say(f"{task.key}: attempt {attempt} started (log {log_path})")
+        running = Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path))
+        self._record(run, running, f"attempt {attempt} started (log {log_path})")
         with open(log_path, "wb", buffering=0) as log:  # unbuffered: the command line comes first
             log.write(("$ " + " ".join(cmd) + "\n").encode())
-            self._record(
-                run,
-                Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path)),
-            )
             # SIGTERM to the task if this thread ends (the runner died): it stops gracefully
             proc = subprocess.Popen(
                 cmd,
@@ -165,7 +160,8 @@ class JobRunner:
             return RunState.CANCELED, why
         return (RunState.FAILED, error) if error else (RunState.SUCCESS, "")
 
-    def _record(self, run: JobRun, a: Attempt) -> None:
+    def _record(self, run: JobRun, a: Attempt, news: str) -> None:
+        self._say(f"{a.task}: {news}")
         with self.record_lock:  # one writer at a time: appends never race each other
             record_attempt(self.conf, run, a)
 
@@ -175,9 +171,8 @@ class JobRunner:
         attempt = 0
         while True:
             a = self._attempt(run, task, attempt)
-            self._record(run, a)
             detail = f": {a.message}" if a.message else ""
-            self._say(f"{task.key}: attempt {attempt} {a.state} in {a.seconds:.1f}s{detail}")
+            self._record(run, a, f"attempt {attempt} {a.state} in {a.seconds:.1f}s{detail}")
             last = a.state not in retry_on or 0 <= task.max_retries <= attempt
             if last or self.stopping.wait(task.min_retry_interval_ms / 1000):
                 return a.state
@@ -193,7 +188,6 @@ class JobRunner:
             run.states[task.key] = state
             self.done.notify_all()
 
-    # --- the job -------------------------------------------------------------------------------
     def _decide(self, run: JobRun, task: Task) -> RunState | None:
         """None: wait; RUNNING: start it; else the state of a task that will not run."""
         states = [run.states.get(d) for d in task.depends_on]
@@ -213,8 +207,7 @@ class JobRunner:
         why = "the job was stopped" if stopped else f"run_if {task.run_if} not met"
         now = datetime.now(UTC)
         a = Attempt(task.key, 0, state, now, now, None, f"not run: {why}", "")
-        self._say(f"{task.key}: {state} ({a.message})")
-        self._record(run, a)
+        self._record(run, a, f"{state} ({a.message})")
 
     def _schedule(self, run: JobRun, threads: list[threading.Thread]) -> None:
         """Start each task once its dependencies are done, until every task has a final state."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from urllib.parse import unquote, urlparse
@@ -50,15 +50,15 @@ class Attempt:
     task: str
     attempt: int
     state: RunState
-    start: datetime
-    end: datetime | None  # None while it runs
+    start_time: datetime
+    end_time: datetime | None  # None while it runs
     exit_code: int | None
     message: str
     log_path: str
 
     @property
     def seconds(self) -> float | None:
-        return None if self.end is None else (self.end - self.start).total_seconds()
+        return self.end_time and (self.end_time - self.start_time).total_seconds()
 
 
 @dataclass
@@ -81,10 +81,8 @@ def runs_table(conf: LakehouseConf) -> str:
 
 def record_attempt(conf: LakehouseConf, run: JobRun, a: Attempt) -> None:
     """Append one attempt to the runs table."""
-    row = {"run_id": run.run_id, "job": run.spec.name, "task": a.task, "attempt": a.attempt}
-    row |= {"state": str(a.state), "start_time": a.start, "end_time": a.end}
-    row |= {"duration_s": a.seconds and round(a.seconds, 3), "exit_code": a.exit_code}
-    row |= {"message": a.message[:2000], "log_path": a.log_path, "spec": str(run.spec.source)}
+    row = {"run_id": run.run_id, "job": run.spec.name, **asdict(a), "spec": str(run.spec.source)}
+    row |= {"duration_s": a.seconds and round(a.seconds, 3), "message": a.message[:2000]}
     _append(conf, [row | {"runner": RUNNER}])
 
 

@@ -115,22 +115,30 @@ class _SpecReader:
             return minimum
         return value
 
+    def typed(self, data: dict, where: str, key: str, kind: type, what: str) -> Any:
+        """`data[key]` if it is a `kind`, else an empty one (a wrong type is a problem)."""
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            self.problems.append(f"{where}.{key}: expected {what}, got {value!r}")
+        return value if isinstance(value, kind) else kind()
+
     def unknown(self, where: str, data: dict, known: set[str]) -> None:
         for k in sorted(set(data) - known):
             self.problems.append(f"{where}.{k}: unknown key (known: {', '.join(sorted(known))})")
 
     def cluster(self, where: str, spec: Any) -> Cluster:
         if not isinstance(spec, dict):
-            self.problems.append(f"{where}: expected a mapping")
+            self.problems.append(f"{where}: expected a mapping, got {spec!r}")
             return Cluster()
         self.unknown(where, spec, CLUSTER_KEYS)
-        conf = {str(k): str(v) for k, v in (spec.get("spark_conf") or {}).items()}
-        env = {str(k): str(v) for k, v in (spec.get("spark_env_vars") or {}).items()}
+        conf = self.typed(spec, where, "spark_conf", dict, "a mapping")
+        env = self.typed(spec, where, "spark_env_vars", dict, "a mapping")
+        conf, env = ({str(k): str(v) for k, v in m.items()} for m in (conf, env))
         return Cluster(master=conf.pop("spark.master", None), spark_conf=conf, env=env)
 
     def _job_clusters(self) -> dict[str, Cluster]:
         clusters = {}
-        for i, jc in enumerate(self.data.get("job_clusters") or []):
+        for i, jc in enumerate(self.typed(self.data, "job", "job_clusters", list, "a list")):
             key = jc.get("job_cluster_key") if isinstance(jc, dict) else None
             if not key:
                 self.problems.append(f"job_clusters[{i}].job_cluster_key: required")
@@ -141,7 +149,7 @@ class _SpecReader:
 
     def _parameters(self) -> dict[str, str]:
         parameters = {}
-        for i, p in enumerate(self.data.get("parameters") or []):
+        for i, p in enumerate(self.typed(self.data, "job", "parameters", list, "a list")):
             if not isinstance(p, dict) or "name" not in p:
                 self.problems.append(f"parameters[{i}]: expected {{name, default}}")
                 continue
@@ -185,14 +193,11 @@ class _SpecReader:
         )
 
     def _depends_on(self, where: str, t: dict, keys: list) -> list[str]:
-        deps = []
-        for d in t.get("depends_on") or []:
-            dep = d.get("task_key") if isinstance(d, dict) else None
-            if dep in keys:
-                deps.append(dep)
-            else:
-                self.problems.append(f"{where}.depends_on: unknown task_key {dep!r}")
-        return deps
+        deps = self.typed(t, where, "depends_on", list, "a list of {task_key}")
+        deps = [d.get("task_key") if isinstance(d, dict) else None for d in deps]
+        unknown = [d for d in deps if d not in keys]
+        self.problems += [f"{where}.depends_on: unknown task_key {d!r}" for d in unknown]
+        return [d for d in deps if d in keys]
 
     def _python_task(self, where: str, spec: Any) -> tuple[Path, tuple[str, ...]] | None:
         where = f"{where}.spark_python_task"
@@ -202,10 +207,7 @@ class _SpecReader:
         python_file = self.root / spec["python_file"]  # an absolute path stays as it is
         if not python_file.is_file():
             self.problems.append(f"{where}.python_file: {python_file} does not exist")
-        params = spec.get("parameters") or []
-        if not isinstance(params, list):
-            self.problems.append(f"{where}.parameters: expected a list of strings")
-            params = []
+        params = self.typed(spec, where, "parameters", list, "a list of strings")
         known = {*BUILTIN_REFERENCES, *(f"job.parameters.{name}" for name in self.parameters)}
         unknown = [r for r in REFERENCE.findall(" ".join(map(str, params))) if r not in known]
         self.problems += [f"{where}.parameters: unknown reference {{{{{r}}}}}" for r in unknown]
@@ -228,8 +230,7 @@ def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec
     source = Path(path)
     reader = _SpecReader(_read_mapping(source), project_root or Path.cwd())
     data, problems = reader.data, reader.problems
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name := data.get("name"), str) or not name:
         problems.append("job.name: required, a non-empty string")
     tasks = reader.tasks()
     deps: dict[str, tuple[str, ...]] = {}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 
 from pyspark.sql import functions as F
 
 from pipelines.config import LakehouseConf
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
+from pipelines.layers.quality import QualityCheckFailedError, run_quality
 from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
@@ -34,13 +34,13 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     )
     spark = build_spark(conf, app_name="lakehouse-demo")
     seed_dimensions(spark, conf)
-    counts, seconds = _run_rounds(spark, conf, plan, rounds)
+    seconds = _run_rounds(spark, conf, plan, stream.topic, rounds)
+    records = len(plan.records)
     print("\n=== lakehouse demo: summary ===")
-    print(f"produced this run   {counts['records']:>10,} records to {stream.topic}")
-    for k, v in counts.items():
+    print(f"produced this run   {records:>10,} records to {stream.topic}")
+    for k, v in plan.counts().items():
         if k != "records" and v:
             print(f"  {k:<30} {v:>8,}")
-    records = counts["records"]
     _bronze_summary(spark, conf, stream)
     _print_runs("bronze", seconds, records, f"records/s, {rounds} rounds, start-up included")
     events = _silver_summary(spark, conf, stream)
@@ -54,23 +54,20 @@ def _print_runs(layer: str, seconds: dict[str, float], count: int, unit: str) ->
     print(f"{layer + ' runs':<20}{seconds[layer]:>10.1f} s ({count / seconds[layer]:,.0f} {unit})")
 
 
-def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, rounds: int):
-    """Produce the plan in `rounds` parts, each followed by bronze, silver and gold `--once`."""
-    stream_name = conf.producer.stream
+def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, topic: str, rounds: int):
+    """Seconds per layer over `rounds` parts of the plan, each produced then run `--once`."""
     layers = {"bronze": run_bronze, "silver": run_silver, "gold": run_gold}
     seconds = dict.fromkeys(layers, 0.0)
-    counts: Counter[str] = Counter()
     records = plan.records
     for i in range(rounds):
         part = records[len(records) * i // rounds : len(records) * (i + 1) // rounds]
         print(f"\n--- round {i + 1}/{rounds}: {len(part):,} records ---", file=sys.stderr)
-        topic = conf.stream(stream_name).topic
-        counts.update(produce_plan(conf, StreamPlan(plan.options, part), topic, track=False).counts)
+        produce_plan(conf, StreamPlan(plan.options, part), topic, track=False)
         for layer, run in layers.items():
             started = time.monotonic()
-            run(spark, conf, stream_name, once=True)
+            run(spark, conf, conf.producer.stream, once=True)
             seconds[layer] += time.monotonic() - started
-    return dict(counts), seconds
+    return seconds
 
 
 def _bronze_summary(spark, conf: LakehouseConf, stream) -> None:
@@ -124,8 +121,6 @@ def _gold_summary(spark, conf: LakehouseConf) -> None:
 
 
 def _quality_summary(spark, conf: LakehouseConf) -> None:
-    from pipelines.layers.quality import QualityCheckFailedError, run_quality
-
     try:
         outcomes = run_quality(spark, conf)
         verdict = ", ".join(f"{o.suite} {'ok' if o.success else 'WARN'}" for o in outcomes)

@@ -221,8 +221,7 @@ def generate_orders_stream(opts: StreamOptions) -> StreamPlan:
             gap = (1, 50) if rng.random() < 0.7 else (50, max(51, len(emitted)))
             later = position + rng.randrange(*gap)
             part = (partition + 1) % opts.partitions if rng.random() < 0.5 else partition
-            redelivery = replace(record, partition=part, kind="redelivery", late=False)
-            slots.append((later, 1, redelivery))
+            slots.append((later, 1, replace(record, partition=part, kind="redelivery", late=False)))
     invalid_count = round(len(emitted) * opts.invalid_rate)
     if opts.invalid_rate > 0:
         invalid_count = max(invalid_count, len(INVALID_KINDS))

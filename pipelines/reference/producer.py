@@ -14,23 +14,18 @@ from confluent_kafka import KafkaError, Producer
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import client_settings, ensure_topic
-from pipelines.reference.orders_stream import StreamPlan
+from pipelines.reference.orders_stream import StreamPlan, StreamRecord
 
 
 class ProduceError(JobFailedError):
     """Kafka refused or lost a record; the message names the topic and partition."""
 
 
-@dataclass
-class DeliveredRecord:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    kind: str
-    event_id: str | None
-    late: bool
-    headers: tuple[tuple[str, bytes], ...]
+@dataclass(frozen=True)
+class DeliveredRecord(StreamRecord):
+    """A record Kafka acknowledged, at its offset."""
+
+    offset: int = field(kw_only=True)
 
 
 @dataclass
@@ -44,17 +39,9 @@ class ProduceReport:
         return {"topic": self.topic, "seconds": round(self.seconds, 2), **self.counts}
 
 
-def producer_settings(conf: LakehouseConf) -> dict:
-    return {
-        **client_settings(conf),
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 20,
-        "batch.size": 1_000_000,
-        "compression.type": "lz4",
-        "queue.buffering.max.messages": 500_000,
-        "log_level": 3,
-    }
+PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "log_level": 3}
+PRODUCER_SETTINGS |= {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"}
+PRODUCER_SETTINGS |= {"queue.buffering.max.messages": 500_000}
 
 
 def produce_plan(
@@ -70,15 +57,15 @@ def produce_plan(
     return what Kafka acknowledged, with offsets. Kafka timestamps are the send times."""
     replication = conf.stream(conf.producer.stream).replication_factor
     ensure_topic(conf, topic, plan.options.partitions, replication)
-    producer = Producer(producer_settings(conf))
-    offsets: dict[int, tuple[int, int]] = {}  # record index -> (partition, offset)
+    producer = Producer({**client_settings(conf), **PRODUCER_SETTINGS})
+    offsets: dict[int, int] = {}  # record index -> offset (in the partition the record names)
     errors: list[str] = []
 
     def on_delivery(index: int, err: KafkaError | None, msg) -> None:
         if err is not None:
             errors.append(f"{topic}[{msg.partition()}]: {err.str()}")
         elif track:
-            offsets[index] = (msg.partition(), msg.offset())
+            offsets[index] = msg.offset()
 
     say = partial(print, file=sys.stderr)
     started = last_report = time.monotonic()
@@ -103,8 +90,7 @@ def produce_plan(
             producer.poll(0)
             now = time.monotonic()
             if progress and now - last_report >= 2:
-                rate = i / (now - started)
-                say(f"produce: {i:,}/{total:,} records ({rate:,.0f}/s)")
+                say(f"produce: {i:,}/{total:,} records ({i / (now - started):,.0f}/s)")
                 last_report = now
         if errors:
             break
@@ -115,10 +101,8 @@ def produce_plan(
             f"{conf.kafka.bootstrap_servers}: {'; '.join(errors[:3]) or 'timed out'}"
         )
     seconds = time.monotonic() - started
-    delivered = [
-        DeliveredRecord(*offsets[i], r.key, r.value, r.kind, r.event_id, r.late, r.headers)
-        for i, r in enumerate(plan.records if track else [])
-    ]
+    tracked = plan.records if track else []
+    delivered = [DeliveredRecord(**vars(r), offset=offsets[i]) for i, r in enumerate(tracked)]
     if progress:
         rate = total / max(seconds, 1e-9)
         say(f"produce: {total:,} records to {topic} in {seconds:.1f}s ({rate:,.0f}/s)")

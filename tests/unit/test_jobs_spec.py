@@ -146,3 +146,31 @@ def test_the_cli_refuses_an_invalid_spec_before_anything_starts(tmp_path):
         f"error: job spec {path} is invalid (1 problem):\n  - tasks: dependency cycle a -> a"
     )
     assert not (tmp_path / "lake").exists()
+
+
+def test_a_cluster_setting_given_as_a_list_is_a_named_problem(tmp_path):
+    cluster = {"spark_conf": ["spark.executor.memory=1g"], "spark_env_vars": ["X=1"]}
+    spec = {
+        "name": "j",
+        "job_clusters": [{"job_cluster_key": "c", "new_cluster": cluster}],
+        "tasks": [_task("a", job_cluster_key="c"), _task("b", new_cluster=cluster)],
+    }
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(_write(tmp_path, spec), ROOT)
+    message = str(e.value)
+    for where in ("job_clusters[c].new_cluster", "tasks[b].new_cluster"):
+        assert (
+            f"{where}.spark_conf: expected a mapping, got ['spark.executor.memory=1g']" in message
+        )
+        assert f"{where}.spark_env_vars: expected a mapping, got ['X=1']" in message
+
+
+def test_depends_on_given_as_a_string_is_a_named_problem(tmp_path):
+    spec = {"name": "j", "tasks": [_task("a"), {**_task("b"), "depends_on": "a"}]}
+    path = _write(tmp_path, spec)
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(path, ROOT)
+    assert str(e.value) == (
+        f"job spec {path} is invalid (1 problem):\n"
+        "  - tasks[b].depends_on: expected a list of {task_key}, got 'a'"
+    )
