@@ -184,14 +184,16 @@ class UpsertGold(IdempotentSink):
             more = [
                 fitting.alias("e")
                 .join(self._unfit(spark, name, partials[name], *bounds[name]).alias("g"), cond)
-                .select("e.*", F.lit(f"{TOO_BIG} of {name}: kept out of the gold windows"))
-                .toDF(*out.columns)
+                .select(
+                    *[F.col(f"e.{c}") for c in on_time.columns],
+                    F.lit(f"{TOO_BIG} of {name}: kept out of the gold windows").alias("_reason"),
+                )
                 for name, cond in self._in_window().items()
             ]
-            more = reduce(DataFrame.union, more).dropDuplicates([self.key])
+            more = reduce(DataFrame.unionByName, more).dropDuplicates([self.key])
             if more.isEmpty():
                 return partials, out
-            out = self.cache(out.union(more))
+            out = self.cache(out.unionByName(more))
 
     def _in_window(self) -> dict[str, F.Column]:
         """Per gold table: an event `e` falls in the window row `g` (by time and group)."""
