@@ -168,8 +168,9 @@ class UpsertGold(IdempotentSink):
 
     def _fitting(self, spark, on_time: DataFrame, batch_id: int, bounds: dict) -> tuple:
         """The partial aggregates of the on-time events, and the events kept out of them (with
-        a `_reason`): those in a window row whose values, added to the table's, would not fit
-        their columns. Decided once per batch; a replay reads the decision back."""
+        a `_reason`): those falling in a window row (by time and group) whose values, added to
+        the table's, would not fit their columns; they are kept out of every table. Decided
+        once per batch; a replay reads the decision back."""
         out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
         replay = self.committed(self.late_name, self.tables.late, batch_id)
         if replay:

@@ -349,7 +349,7 @@ def test_window_values_that_would_overflow_keep_their_events_out_even_across_a_c
         _event(2, "paid", huge, "0.00", 20, "p-0001"),
         _event(3, "paid", 1, "1.00", 30, "p-0001"),
         _event(4, "paid", 2, "3.50", 40, "p-0002"),
-        _event(5, "created", 1, "9999999999.99", 50, "p-0001"),
+        _event(5, "created", 1, "9999999999.99", 50, "p-0002"),
     )
     run_bronze(spark, conf, once=True, progress=False)
     run_silver(spark, conf, once=True, progress=False)
