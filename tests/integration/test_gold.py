@@ -238,9 +238,8 @@ def test_sigkill_gold_at_random_instants_then_restart_equals_an_uninterrupted_ru
     # many small silver commits, so that gold (1 file a batch) has several micro-batches to do
     for i in range(8):
         produce(lake, 100 + i, 40, START + timedelta(minutes=3 * i))
-    small = lake.updated({"bronze.max_offsets_per_trigger": 100, "silver.max_files_per_trigger": 1})
-    run_bronze(spark, small, once=True, progress=False)
-    run_silver(spark, small, once=True, progress=False)
+        run_bronze(spark, lake, once=True, progress=False)
+        run_silver(spark, lake, once=True, progress=False)
     tables = gold_tables(lake)
     reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     ref_tables = gold_tables(reference)
