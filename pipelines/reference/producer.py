@@ -71,8 +71,8 @@ def produce_plan(
     started = last_report = time.monotonic()
     total = len(plan.records)
     for i, rec in enumerate(plan.records):
-        if rate and (ahead := started + i / rate - time.monotonic()) > 0:
-            time.sleep(ahead)
+        while rate and (ahead := started + i / rate - time.monotonic()) > 0:
+            producer.poll(ahead)  # waiting serves delivery reports, as sending does
         while True:
             try:
                 producer.produce(
@@ -104,8 +104,8 @@ def produce_plan(
     tracked = plan.records if track else []
     delivered = [DeliveredRecord(**vars(r), offset=offsets[i]) for i, r in enumerate(tracked)]
     if progress:
-        rate = total / max(seconds, 1e-9)
-        say(f"produce: {total:,} records to {topic} in {seconds:.1f}s ({rate:,.0f}/s)")
+        speed = total / max(seconds, 1e-9)
+        say(f"produce: {total:,} records to {topic} in {seconds:.1f}s ({speed:,.0f}/s)")
     return ProduceReport(topic, plan.counts(), seconds, delivered)
 
 
