@@ -88,7 +88,12 @@ def record_attempt(conf: LakehouseConf, run: JobRun, a: Attempt) -> None:
 
 def _append(conf: LakehouseConf, rows: list[dict]) -> None:
     table = pa.Table.from_pylist(rows, RUNS_SCHEMA)
-    write_deltalake(runs_table(conf), table, mode="append", schema_mode="merge")
+    # append-only (rows are never changed, only followed by their final row): no deletion
+    # vectors can appear, so `read_runs` may read the Parquet files as they are
+    append_only = {"delta.appendOnly": "true"}
+    write_deltalake(
+        runs_table(conf), table, mode="append", schema_mode="merge", configuration=append_only
+    )
 
 
 def close_dead_runs(conf: LakehouseConf) -> list[str]:

@@ -87,20 +87,20 @@ def run_query(
         if previous:
             restore_jvm = _jvm_ignores_sigterm()
         console.say(f"query {query.name} started (id {query.id})")
-        while query.isActive and not stop_requested.is_set():
-            query.awaitTermination(1)
-            report(query)
-            try:
-                lease.renew()
-            except CheckpointInUseError:  # another job took the checkpoint over: leave it
+        try:  # a batch its sink refused after a stop request ends the query: a clean stop
+            while query.isActive and not stop_requested.is_set():
+                query.awaitTermination(1)
+                report(query)
+                try:
+                    lease.renew()
+                except CheckpointInUseError:  # another job took the checkpoint over: leave it
+                    query.stop()
+                    raise
+            if stop_requested.is_set():
+                # Spark's stop() interrupts a running batch: wait until none is running
+                while query.isActive and query.status["isTriggerActive"]:
+                    query.awaitTermination(0.1)
                 query.stop()
-                raise
-        if stop_requested.is_set():
-            # Spark's stop() interrupts a running batch: wait until none is running
-            while query.isActive and query.status["isTriggerActive"]:
-                query.awaitTermination(0.1)
-            query.stop()
-        try:
             query.awaitTermination()
         except StreamingQueryException:
             if not isinstance(sink.failure, StopRequested):

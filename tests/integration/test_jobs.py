@@ -173,12 +173,37 @@ def _txn_versions(table: str) -> list[int]:
     return versions
 
 
-def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
+def _start_runner(env: dict[str, str], log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "pipelines.cli", "jobs", "run"]
+    command += ["conf/jobs/orders_continuous.yaml", "--param", "env=test", "--grace-seconds", "90"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _processes_of_runner(pid: int) -> list[int]:
+    """The processes started for the runner `pid`: its tasks' spark-submit JVMs and drivers."""
+    mine = f"LAKEHOUSE_RUNNER={pid}:".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mine in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return found
+
+
+def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_on_sigterm(
+    spark, lake, tmp_path
+):
     from pyspark.sql import functions as F
 
     from pipelines.layers.bronze import bronze_tables
     from pipelines.layers.gold import gold_tables
     from pipelines.layers.silver import silver_tables
+    from pipelines.orchestration.runs import close_dead_runs
     from pipelines.streaming import checkpoints
 
     produce(lake, orders=300, seed=51, redelivery_rate=0.05, invalid_rate=0.02)
@@ -188,37 +213,43 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
         LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
         LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second",
     )
-    log = tmp_path / "runner.log"
-    with open(log, "wb") as out:
-        runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.cli",
-                "jobs",
-                "run",
-                "conf/jobs/orders_continuous.yaml",
-                "--param",
-                "env=test",
-                "--grace-seconds",
-                "90",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     stream = lake.streams["orders"]
     bronze, silver, gold = (
         bronze_tables(lake, stream),
         silver_tables(lake, stream),
         gold_tables(lake),
     )
+    # the first runner dies without a word (what an OOM killer does) once bronze has written
+    first = _start_runner(env, tmp_path / "runner-1.log")
     deadline = time.monotonic() + 300
     try:
-        # wait until gold has added a batch (so each layer has committed data), then SIGTERM the
-        # runner's whole process group, as Kubernetes or systemd do
-        while delta_commits(gold.aggregates["gold/revenue_by_category_1m"]) < 2:
+        while delta_commits(bronze.raw) < 2:
+            assert first.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "runner-1.log"
+            ).read_text()[-3000:]
+            time.sleep(0.5)
+        tasks = _processes_of_runner(first.pid)
+        assert len(tasks) >= 6, tasks  # three layers: a JVM and a Python driver each
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 120
+        while _processes_of_runner(first.pid):  # its tasks stop with it, within seconds
+            assert time.monotonic() < deadline, _processes_of_runner(first.pid)
+            time.sleep(0.5)
+    finally:
+        for pid in _processes_of_runner(first.pid):
+            os.kill(pid, signal.SIGKILL)
+    resumed_at = checkpoints.resume_offsets(bronze.checkpoint, stream.topic) or {}
+    produce(lake, orders=100, seed=52)  # so that every layer of the next run has a batch to do
+
+    # the next runner closes the dead run's rows when it starts; once gold has added a batch,
+    # it gets a SIGTERM to its whole process group, as Kubernetes or systemd send
+    log = tmp_path / "runner-2.log"
+    runner = _start_runner(env, log)
+    gold_commits = max(2, delta_commits(gold.aggregates["gold/revenue_by_category_1m"]) + 1)
+    deadline = time.monotonic() + 300
+    try:
+        while delta_commits(gold.aggregates["gold/revenue_by_category_1m"]) < gold_commits:
             assert runner.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
         os.killpg(runner.pid, signal.SIGTERM)
@@ -229,7 +260,22 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
             runner.wait(timeout=180)
 
     text = log.read_text()
-    rows = [r for r in read_runs(lake) if r["job"] == "orders-continuous"]
+    runs: dict[int, dict[str, dict]] = {}
+    for r in read_runs(lake):
+        if r["job"] == "orders-continuous":
+            runs.setdefault(r["run_id"], {})[r["task"]] = r
+    (dead_id, dead), (run_id, last) = sorted(runs.items())
+    died = f"its job runner (pid {first.pid} on {socket.gethostname()}) died"
+    assert {t: (r["state"], r["message"].split(";")[0]) for t, r in dead.items()} == {
+        "setup": ("SUCCESS", ""),
+        "bronze": ("FAILED", died),
+        "silver": ("FAILED", died),
+        "gold": ("FAILED", died),
+    }
+    for task in ("bronze", "silver", "gold"):
+        assert "the job runner (pid" in Path(dead[task]["log_path"]).read_text()
+    assert close_dead_runs(lake) == []  # the second runner closed them, once
+    rows = list(last.values())
     states = {r["task"]: (r["state"], r["exit_code"]) for r in rows}
     assert states == {
         "setup": ("SUCCESS", 0),
@@ -275,11 +321,14 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
 
     # the progress table: one row per batch of each layer, tagged with the job run and task
     events = spark.read.format("delta").load(lake.table_path("system/query_progress"))
-    assert {
-        (r.job_run_id, r.task) for r in events.select("job_run_id", "task").distinct().collect()
-    } == {(str(rows[0]["run_id"]), t) for t in ("bronze", "silver", "gold")}
-    bronze_rows = spark.read.format("delta").load(bronze.raw).count()
-    assert events.where("task = 'bronze'").agg(F.sum("input_rows")).first()[0] == bronze_rows
+    events = events.where(F.col("job_run_id") == str(run_id))
+    assert {r.task for r in events.select("task").distinct().collect()} == {
+        "bronze",
+        "silver",
+        "gold",
+    }
+    read = sum(o - resumed_at.get(p, 0) for p, o in ends.items())  # by the second run
+    assert events.where("task = 'bronze'").agg(F.sum("input_rows")).first()[0] == read
     assert (
         events.where("task = 'bronze' AND input_rows > 0").agg(F.max("kafka_lag")).first()[0] == 0
     )
@@ -296,64 +345,3 @@ def test_a_continuous_job_stops_gracefully_on_sigterm(spark, lake, tmp_path):
         }
         committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
         assert with_rows and with_rows <= committed, (task, with_rows, committed)
-
-
-def _processes_of_runner(pid: int) -> list[int]:
-    """The processes started for the runner `pid`: its tasks' spark-submit JVMs and drivers."""
-    mine = f"LAKEHOUSE_RUNNER={pid}:".encode()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if mine in environ.read_bytes():
-                found.append(int(environ.parent.name))
-        except OSError:  # gone meanwhile, or not ours to read
-            pass
-    return found
-
-
-def test_a_killed_runner_takes_its_tasks_with_it_and_its_rows_are_closed(spark, lake, tmp_path):
-    from pipelines.layers.bronze import bronze_tables
-    from pipelines.orchestration.runs import close_dead_runs
-
-    produce(lake, orders=100, seed=53)
-    env = subprocess_env(lake, LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second")
-    log = tmp_path / "runner.log"
-    command = [sys.executable, "-m", "pipelines.cli", "jobs", "run"]
-    command += ["conf/jobs/orders_continuous.yaml", "--param", "env=test"]
-    with open(log, "wb") as out:
-        runner = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    raw = bronze_tables(lake, lake.streams["orders"]).raw
-    deadline = time.monotonic() + 300
-    try:
-        while delta_commits(raw) < 2:  # the layers run and bronze has written
-            assert runner.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
-        tasks = _processes_of_runner(runner.pid)
-        assert len(tasks) >= 6, tasks  # three layers: a JVM and a Python driver each
-        os.killpg(runner.pid, signal.SIGKILL)  # what an OOM killer does: no word to anyone
-        runner.wait()
-        deadline = time.monotonic() + 120
-        while _processes_of_runner(runner.pid):
-            assert time.monotonic() < deadline, _processes_of_runner(runner.pid)
-            time.sleep(0.5)
-    finally:
-        for pid in _processes_of_runner(runner.pid):
-            os.kill(pid, signal.SIGKILL)
-
-    # the next runner closes the dead run's attempts (it calls this when it starts)
-    closed = close_dead_runs(lake)
-    assert len(closed) == 3, closed
-    rows = [r for r in read_runs(lake) if r["job"] == "orders-continuous"]
-    died = f"its job runner (pid {runner.pid} on {socket.gethostname()}) died"
-    assert {r["task"]: (r["state"], r["message"].split(";")[0]) for r in rows} == {
-        "setup": ("SUCCESS", ""),
-        "bronze": ("FAILED", died),
-        "silver": ("FAILED", died),
-        "gold": ("FAILED", died),
-    }
-    for r in rows:
-        if r["task"] != "setup":
-            assert "the job runner (pid" in Path(r["log_path"]).read_text()
-    assert close_dead_runs(lake) == []  # closed once

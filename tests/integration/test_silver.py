@@ -211,7 +211,7 @@ def test_a_replayed_micro_batch_changes_no_table_version(spark, lake):
     ] == before
 
 
-def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_run(
+def test_sigkill_silver_at_random_instants_and_a_lost_checkpoint_then_restart_equals_an_uninterrupted_run(
     spark, lake, tmp_path
 ):
     report = produce(lake, orders=500, seed=74)
@@ -229,8 +229,11 @@ def test_sigkill_silver_at_random_instants_then_restart_equals_an_uninterrupted_
         "pipelines.jobs.silver_job", env, log, tables.state, rng, batches=(1, 2), jitter_s=0.8
     )
     assert killed == 3, "silver finished before it could be killed"
+    # and its checkpoint is lost right after the last kill: rebuilt from what the tables recorded
+    shutil.rmtree(tables.checkpoint)
     final = helpers.start_job("pipelines.jobs.silver_job", env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert f"checkpoint {tables.checkpoint} was lost; rebuilt from the tables" in log.read_text()
 
     run_silver(spark, reference, once=True, progress=False)
     ref_tables = silver_tables(reference, lake.streams["orders"])
