@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
 
+import pyarrow as pa
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as DeltaLake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -111,6 +113,18 @@ def _add_condition(keys: list[str], lo: datetime, hi: datetime) -> F.Column:
     return condition
 
 
+def _file_stats_range(files: pa.Table, column: str) -> tuple | None:
+    """(min, max) of `column` over a Delta table's files (`get_add_actions(flatten=True)`),
+    widened to 0; None if a file has no statistics for it."""
+    lows, highs = (
+        files.column(c).to_pylist() if c in files.column_names else [None] * files.num_rows
+        for c in (f"min.{column}", f"max.{column}")
+    )
+    if None in lows + highs:
+        return None
+    return min([0, *lows]), max([0, *highs])
+
+
 class UpsertGold(IdempotentSink):
     """foreachBatch sink of the gold job; see the module docstring."""
 
@@ -180,7 +194,7 @@ class UpsertGold(IdempotentSink):
         while True:
             fitting = on_time.join(out, self.key, "left_anti")
             partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
-            if replay:
+            if replay or self._surely_fit(partials):
                 return partials, out
             more = [
                 fitting.alias("e")
@@ -207,12 +221,35 @@ class UpsertGold(IdempotentSink):
             conditions[name] = cond
         return conditions
 
+    def _types(self, name: str) -> dict:
+        """The declared type of each column of gold table `name`."""
+        schema = StructType.fromDDL(self.tables.declarations[name].schema)
+        return {f.name: f.dataType for f in schema.fields}
+
+    def _surely_fit(self, partials: dict[str, DataFrame]) -> bool:
+        """A cheap proof that every window row fits (else `_fitting` checks them one by one): no
+        partial value is null, and each value column's range in the batch plus its range in the
+        whole table (from the files' statistics, and 0 for a new row) fits its type."""
+        checks = []
+        for name, module in self.modules.items():
+            types, fits = self._types(name), []
+            files = pa.table(DeltaLake(self.tables.aggregates[name]).get_add_actions(flatten=True))
+            for v in module.VALUE_COLUMNS:
+                in_table = _file_stats_range(files, v)
+                if in_table is None:
+                    return False
+                fits.append(F.count(v) == F.count("*"))
+                fits += [
+                    F.try_add(F.coalesce(agg(v), F.lit(0)), F.lit(t)).try_cast(types[v]).isNotNull()
+                    for agg, t in zip((F.min, F.max), in_table, strict=True)
+                ]
+            checks.append(partials[name].agg(reduce(operator.and_, fits)))
+        return all(reduce(DataFrame.crossJoin, checks).first())
+
     def _unfit(self, spark, name: str, partial: DataFrame, lo, hi) -> DataFrame:
         """Window rows of `partial` that do not fit: a value null (too big within the batch), or
         beyond its column's type once added to the table's row."""
-        module, keys = self.modules[name], self.modules[name].KEY_COLUMNS
-        schema = StructType.fromDDL(self.tables.declarations[name].schema)
-        types = {f.name: f.dataType for f in schema.fields}
+        module, keys, types = self.modules[name], self.modules[name].KEY_COLUMNS, self._types(name)
         target = spark.read.format("delta").load(self.tables.aggregates[name])
         target = target.where(F.col("window_start").between(F.lit(lo), F.lit(hi)))
         both = partial.alias("s").join(target.alias("t"), keys, "left")

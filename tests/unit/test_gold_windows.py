@@ -126,3 +126,40 @@ def test_money_sums_exactly_without_float_drift(spark):
     got = revenue_by_category_1m(with_dimensions(ev(spark, rows), products, customers)).first()
     assert got["revenue"] == Decimal("0.30") + Decimal("9999999999990000.00")
     assert got["units"] == 1000003
+
+
+def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
+    spark, base_conf, tmp_path
+):
+    from gold import orders_by_country_5m as countries
+    from gold import revenue_by_category_1m as revenue
+    from pipelines.layers.gold import UpsertGold, ensure_gold_tables, gold_tables
+
+    conf = base_conf.updated({"storage.root": str(tmp_path)})
+    tables = gold_tables(conf)
+    ensure_gold_tables(spark, conf, tables)
+    sink, at = UpsertGold(conf, tables), datetime(2026, 11, 22, 10, 0)
+    huge = 6 * 10**18  # two of them exceed a long
+
+    def fit(units, order_value="1.00"):
+        return sink._surely_fit(
+            {
+                "gold/revenue_by_category_1m": spark.createDataFrame(
+                    [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in units],
+                    revenue.SCHEMA,
+                ),
+                "gold/orders_by_country_5m": spark.createDataFrame(
+                    [(at, at, "FR", 1, None if order_value is None else Decimal(order_value))],
+                    countries.SCHEMA,
+                ),
+            }
+        )
+
+    assert [fit([]), fit([huge]), fit([1, huge]), fit([1], None)] == [True, True, True, False]
+    table_row = [(at, at, "kitchen", "EUR", 1, huge, Decimal("1.00"))]
+    revenue_path = tables.aggregates["gold/revenue_by_category_1m"]
+    spark.createDataFrame(table_row, revenue.SCHEMA).write.format("delta").mode("append").save(
+        revenue_path
+    )
+    # the table's row is in another group: the proof, table-wide, fails; the exact check decides
+    assert [fit([1]), fit([huge]), fit([1], "9999999999999999.99")] == [True, False, True]
