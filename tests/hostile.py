@@ -178,7 +178,7 @@ def edge_values(seed: int) -> list[bytes]:
     edges = [
         {"quantity": "1000000"},
         {"event_time": '"9999-06-01T00:00:00Z"'},
-        {"event_id": json.dumps("x" * 8_000_000)},
+        {"event_id": json.dumps("\U0010ffff" + "x" * 8_000_000)},  # the greatest key too
         {"currency": json.dumps("E" * 4_000_000)},
     ]
     values = [_object(_valid_fields(rng, -1 - i) | edge) for i, edge in enumerate(edges)]
