@@ -4,6 +4,8 @@ declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITE
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -14,6 +16,21 @@ def dedupe_events(parsed: DataFrame, key: str, columns: list[str]) -> DataFrame:
     """Valid events, one row per `key`: the first delivery by Kafka coordinates wins."""
     first = F.min_by(F.struct(*columns), F.struct(*COORDINATES))
     return parsed.where(F.col("reason").isNull()).groupBy(key).agg(first.alias("e")).select("e.*")
+
+
+def refused_reason(table: str, not_null: Iterable[str], checks: Mapping[str, str]) -> Column:
+    """Why `table` would refuse a typed row, or null: the first of its NOT NULL columns the row
+    leaves null, or of its CHECK constraints (name -> SQL expression, as Delta keeps them) the
+    row breaks. Delta refuses a row whose check is null as one whose check is false."""
+    refusals = [
+        F.when(F.col(c).isNull(), f"field '{c}' is null, which {table} does not allow")
+        for c in not_null
+    ]
+    refusals += [
+        F.when(~F.coalesce(F.expr(e), F.lit(False)), f"breaks constraint {n} ({e}) of {table}")
+        for n, e in checks.items()
+    ]
+    return F.coalesce(*refusals, F.lit(None).cast("string"))
 
 
 def batch_keys(
@@ -36,16 +53,24 @@ def batch_keys(
     )
 
 
+LONGEST_BOUND = 100  # characters of a string key a MERGE's range keeps (Delta's statistics: 32)
+
+
 def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
     """MERGE condition on the natural key, bounded by the batch's key range.
 
     The literal range lets Delta skip every file whose min/max statistics fall outside it, so a
     MERGE reads what the batch can touch. Keys that grow with time (sequences, ULIDs, snowflake
-    ids, the reference stream's ids) keep that range narrow.
+    ids, the reference stream's ids) keep that range narrow. A huge key would be copied into the
+    plan and into the commit's record of the condition: a string lower bound is cut to its first
+    LONGEST_BOUND characters (still a lower bound), and a longer upper bound is left out.
     """
     t = F.col(f"{target}.{key}")
     condition = t == F.col(f"{source}.{key}")
-    return condition if lo is None or hi is None else condition & t.between(F.lit(lo), F.lit(hi))
+    if lo is None or hi is None:
+        return condition
+    condition = condition & (t >= F.lit(lo[:LONGEST_BOUND] if isinstance(lo, str) else lo))
+    return condition if isinstance(hi, str) and len(hi) > LONGEST_BOUND else condition & (t <= hi)
 
 
 def new_events_condition(

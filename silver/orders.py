@@ -26,12 +26,12 @@ EXPECTATIONS = (
 )
 ORDER_COLUMNS = column_names(SCHEMA)
 KEY = "order_id"  # one row per order: its newest version
+FROM_EVENTS = {"status": "event_type", "updated_at": "event_time"}  # its columns named otherwise
 
 
 def current_state(events: DataFrame) -> DataFrame:
     """One row per order: the event with the highest seq (ties: latest event_time, then event_id)."""
-    renamed = {"status": "event_type", "updated_at": "event_time"}
-    as_order = F.struct(*[F.col(renamed.get(c, c)).alias(c) for c in ORDER_COLUMNS])
+    as_order = F.struct(*[F.col(FROM_EVENTS.get(c, c)).alias(c) for c in ORDER_COLUMNS])
     rank = F.struct(F.col("seq"), F.col("event_time"), F.col("event_id"))
     return events.groupBy("order_id").agg(F.max_by(as_order, rank).alias("o")).select("o.*")
 

@@ -171,6 +171,20 @@ def hostile_values(seed: int, n: int) -> list[bytes]:
     return values
 
 
+def edge_values(seed: int) -> list[bytes]:
+    """Valid events at the edges (quantity 1,000,000, an event_time in year 9999, an event_id of
+    8 MB), an unknown currency of 4 MB, and 9 MB of random bytes: the local broker takes 10 MB."""
+    rng = random.Random(seed)
+    edges = [
+        {"quantity": "1000000"},
+        {"event_time": '"9999-06-01T00:00:00Z"'},
+        {"event_id": json.dumps("\U0010ffff" + "x" * 8_000_000)},  # the greatest key too
+        {"currency": json.dumps("E" * 4_000_000)},
+    ]
+    values = [_object(_valid_fields(rng, -1 - i) | edge) for i, edge in enumerate(edges)]
+    return [*values, rng.randbytes(9_000_000)]
+
+
 _TIME = re.compile(
     r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d\d):(\d\d))"
 )

@@ -4,7 +4,9 @@ Generic over streams: the stream's events module parses and validates (`parse_ev
 its state module says what the current state is (`current_state`, `is_newer`, `KEY`). Each
 micro-batch is parsed once, then written up to three times, each write tagged by the shared sink
 with Delta's transaction ids, so a replayed batch changes nothing, not even a table version:
-- invalid records are appended to the quarantine table with their reason;
+- invalid records are appended to the quarantine table with their reason, and so are those
+  whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
+  added at any time: both read from the table's metadata each batch);
 - valid events, deduplicated within the batch, are MERGEd insert-only into the events table on
   their key (pruned to the event's partition and the batch's key range): an event is stored once
   however late its re-delivery comes, with no streaming state to grow;
@@ -18,7 +20,9 @@ import importlib
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 import silver.quarantine
@@ -27,8 +31,20 @@ from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
 from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
-from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
-from silver.events import batch_keys, dedupe_events, key_condition, new_events_condition
+from pipelines.streaming.tables import (
+    Table,
+    constraints,
+    declared,
+    ensure_table,
+    require_tables,
+)
+from silver.events import (
+    batch_keys,
+    dedupe_events,
+    key_condition,
+    new_events_condition,
+    refused_reason,
+)
 from silver.quarantine import quarantined_records
 
 
@@ -93,7 +109,7 @@ class UpsertSilver(IdempotentSink):
         spark = batch.sparkSession
         events_name, state_name, quarantine_name = self.tables.names
         key = self.events.KEY
-        parsed = self.cache(batch.transform(self.events.parse_events))
+        parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
         keys = batch_keys(parsed, key, self.partition, self.state and self.state.KEY).first()
         if keys["invalid_records"]:
             quarantine = quarantined_records(parsed)
@@ -131,6 +147,32 @@ class UpsertSilver(IdempotentSink):
                 .execute()
             ),
         )
+
+    def refusing(self, parsed: DataFrame) -> DataFrame:
+        """`parsed` with a reason on each valid record whose row the events or the state table
+        would refuse by the constraints it has now (an operator may add one at any time): the
+        record goes to the quarantine and the rest of the batch is written."""
+        spark, (events, state, _) = parsed.sparkSession, self.tables.names
+        # an event's state row carries its fields, some under another name
+        as_state = {s: F.col(e) for s, e in getattr(self.state, "FROM_EVENTS", {}).items()}
+        typed, reasons = parsed.withColumns(as_state), []
+        tables = {events: self.tables.events} | ({state: self.tables.state} if state else {})
+        for name, path in tables.items():
+            not_null, checks = constraints(spark, path)
+            not_null = [c for c in not_null if c in typed.columns]
+            # a check on columns the events do not carry is left to Delta: the write fails
+            checks = {n: e for n, e in checks.items() if _resolves(typed, e)}
+            reasons.append(refused_reason(name, not_null, checks))
+        return typed.withColumn("reason", F.coalesce("reason", *reasons)).drop(*as_state)
+
+
+def _resolves(df: DataFrame, expression: str) -> bool:
+    """Whether `expression` reads only columns of `df`."""
+    try:
+        df.select(F.expr(expression)).schema  # noqa: B018 (analysed, not run)
+    except AnalysisException:
+        return False
+    return True
 
 
 def start_silver(

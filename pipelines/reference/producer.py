@@ -42,6 +42,8 @@ class ProduceReport:
 PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all", "log_level": 3}
 PRODUCER_SETTINGS |= {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"}
 PRODUCER_SETTINGS |= {"queue.buffering.max.messages": 500_000}
+# records up to the local broker's limit (message.max.bytes in kafka-server.properties), not 1 MB
+PRODUCER_SETTINGS |= {"message.max.bytes": 10_485_760}
 
 
 def produce_plan(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.errors import JobFailedError
+from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import committed_txn, idempotent_txn, retry_on_conflict
 
@@ -26,6 +26,15 @@ STOPPING = threading.Event()
 class StopRequested(RuntimeError):
     """Raised at the start of a micro-batch once a stop was requested: nothing of the batch is
     written, and the restarted query runs it again."""
+
+
+def cause(e: Exception, limit: int = 2000) -> str:
+    """What made a write fail, in one line: the innermost Java exception when there is one."""
+    java = getattr(e, "java_exception", None) or getattr(e, "_origin", None)  # py4j's, pyspark's
+    while java is not None and java.getCause() is not None:
+        java = java.getCause()
+    text = str(e) if java is None else f"{java.getClass().getSimpleName()}: {java.getMessage()}"
+    return " ".join(text.split())[:limit]
 
 
 class IdempotentSink:
@@ -80,11 +89,19 @@ class IdempotentSink:
 
     def transaction(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
         """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
-        ids, retried on write conflicts; Delta skips it if this batch already committed it."""
+        ids, retried on write conflicts; Delta skips it if this batch already committed it. Any
+        other failure stops the job with one line naming the table, the batch and the cause."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
         record = json.dumps(checkpoints.batch_record(self.checkpoint, batch_id))
         tagged = idempotent_txn(self.spark, self.app_id(table), batch_id, record)(write)
-        retry_on_conflict(tagged, what=table)
+        try:
+            retry_on_conflict(tagged, what=table)
+        except LakehouseError:
+            raise
+        except Exception as e:
+            raise JobFailedError(
+                f"batch {batch_id} could not be written to {table}: {cause(e)}"
+            ) from e
 
     def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
         """Append `df` to the Delta table at `path` once per batch."""

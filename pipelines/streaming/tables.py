@@ -107,6 +107,15 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     return path
 
 
+def constraints(spark: SparkSession, path: str) -> tuple[list[str], dict[str, str]]:
+    """The NOT NULL columns and the CHECK constraints (name -> SQL expression) of the Delta table
+    at `path`, read from its log's metadata: no Spark job."""
+    schema, _, properties = _current(spark, path)
+    prefix = "delta.constraints."
+    checks = {k.removeprefix(prefix): v for k, v in properties.items() if k.startswith(prefix)}
+    return [f.name for f in schema.fields if not f.nullable], checks
+
+
 def _current(spark: SparkSession, path: str) -> tuple[StructType, tuple, dict] | None:
     """Schema, partition columns and properties of the Delta table at `path`, None if there is
     none; read from the log's metadata, which costs no Spark job (DESCRIBE DETAIL costs seconds)."""

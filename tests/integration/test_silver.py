@@ -16,7 +16,12 @@ from delta.tables import DeltaTable
 
 from pipelines.config import LakehouseConf
 from pipelines.layers.bronze import bronze_tables, run_bronze
-from pipelines.layers.silver import UpsertSilver, run_silver, silver_tables
+from pipelines.layers.silver import (
+    UpsertSilver,
+    ensure_silver_tables,
+    run_silver,
+    silver_tables,
+)
 from pipelines.reference.orders_stream import (
     StreamOptions,
     StreamPlan,
@@ -249,36 +254,57 @@ def test_sigkill_silver_at_random_instants_and_a_lost_checkpoint_then_restart_eq
 
 
 def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_says(spark, lake):
-    from tests.hostile import hostile_values, oracle_row
+    from tests.hostile import edge_values, hostile_values, oracle_row
 
     seed = int(os.environ.get("LAKEHOUSE_TEST_SEED", "1357"))
-    values = hostile_values(seed, 3000)
+    values = hostile_values(seed, 3000) + edge_values(seed)
     records = [
         StreamRecord(None if i % 7 == 0 else f"k-{i}".encode(), v, i % 4, "hostile")
         for i, v in enumerate(values)
     ]
     report = produce_plan(lake, StreamPlan(StreamOptions(), records), lake.streams["orders"].topic)
     run_bronze(spark, lake, once=True, progress=False)
+    # constraints an operator added: silver quarantines the records whose rows they refuse
+    tables = silver_tables(lake, lake.streams["orders"])
+    ensure_silver_tables(spark, lake, tables)
+    constraints = {
+        tables.events: ("quantity_cap", "quantity < 1000000"),
+        tables.state: ("before_9999", "updated_at < '9999-01-01'"),
+    }
+    for path, (name, check) in constraints.items():
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT {name} CHECK ({check})")
     run_silver(spark, lake, once=True, progress=False)
 
     candidates: dict[str, set[tuple]] = {}  # event_id -> the rows its valid records make
-    invalid = set()
+    invalid, refused = set(), {}
     for d in report.delivered:
         if (row := oracle_row(d.value)) is None:
             invalid.add((d.partition, d.offset))
+        elif row[6] >= 1_000_000:
+            refused[(d.partition, d.offset)] = (
+                "breaks constraint quantity_cap (quantity < 1000000) of silver/order_events"
+            )
+        elif row[9].year >= 9999:
+            refused[(d.partition, d.offset)] = (
+                "breaks constraint before_9999 (updated_at < '9999-01-01') of silver/orders"
+            )
         else:
             candidates.setdefault(row[0], set()).add(row)
-    tables = silver_tables(lake, lake.streams["orders"])
-    assert spark.read.format("delta").load(tables.bronze).count() == len(values)
+    bronze = spark.read.format("delta").load(tables.bronze).collect()
+    assert {(r["partition"], r["offset"]): (r["key"], r["value"]) for r in bronze} == {
+        (d.partition, d.offset): (d.key, d.value) for d in report.delivered
+    }  # byte for byte, records of 9 MB too
     events = table(spark, tables.events, EVENT_COLUMNS)
     # one row per event_id; one sent with different contents keeps one of them (the contract
     # says an event_id is sent with the same content; which one wins is not promised)
     assert sorted(e[0] for e in events) == sorted(candidates)
     assert all(e in candidates[e[0]] for e in events)
     quarantine = spark.read.format("delta").load(tables.quarantine).collect()
-    assert {(r["partition"], r["offset"]) for r in quarantine} == invalid
-    assert len(quarantine) == len(invalid)
-    assert all(r["reason"] for r in quarantine)
+    reasons = {(r["partition"], r["offset"]): r["reason"] for r in quarantine}
+    assert len(quarantine) == len(reasons) == len(invalid) + len(refused)
+    assert {c: reasons[c] for c in refused} == refused
+    assert reasons.keys() - refused.keys() == invalid
+    assert all(reasons[c] and "constraint" not in reasons[c] for c in invalid)
 
     # gold too takes every valid event: counted in its windows, or kept out with a reason
     from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions

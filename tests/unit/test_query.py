@@ -1,6 +1,6 @@
 import pytest
 
-from pipelines.errors import QualityError
+from pipelines.errors import JobFailedError, QualityError
 from pipelines.streaming.query import first_line
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
@@ -36,4 +36,22 @@ def test_other_failures_give_their_first_meaningful_line():
     assert (
         first_line("\n  \n[CAST_INVALID_INPUT] bad value\n\tat org.apache...")
         == "[CAST_INVALID_INPUT] bad value"
+    )
+
+
+class Appending(IdempotentSink):
+    def write_batch(self, batch, batch_id):
+        self.append(batch, "t/capped", f"{self.checkpoint}/table", batch_id)
+
+
+def test_a_write_delta_refuses_stops_with_one_line_naming_table_batch_and_cause(spark, tmp_path):
+    (tmp_path / "metadata").write_text('{"id": "q-1"}')
+    spark.sql(f"CREATE TABLE delta.`{tmp_path}/table` (n bigint) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{tmp_path}/table` ADD CONSTRAINT cap CHECK (n < 10)")
+    with pytest.raises(JobFailedError) as e:
+        Appending(str(tmp_path))(spark.range(12, 13).toDF("n"), 3)
+    assert str(e.value) == (
+        "batch 3 could not be written to t/capped: DeltaInvariantViolationException: "
+        "[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint cap (n < 10) violated by row "
+        "with values: - n : 12"
     )

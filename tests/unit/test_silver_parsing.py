@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 
-from silver.events import dedupe_events
+from silver.events import dedupe_events, key_condition, refused_reason
 from silver.order_events import EVENT_COLUMNS, INEXACT_PRICE, KEY
 from silver.order_events import parse_events as parse_order_events
 from silver.orders import current_state as latest_versions
@@ -235,3 +235,25 @@ def test_ties_on_seq_go_to_the_later_event_time_then_the_greater_event_id(spark)
     )
     got = {r["order_id"]: r["event_id"] for r in latest.collect()}
     assert got == {"o-1": "e-a", "o-2": "e-d"}
+
+
+def test_a_row_the_table_would_refuse_gets_the_first_constraint_it_breaks(spark):
+    rows = spark.createDataFrame([(1, 5), (None, 5000), (2, 5000), (3, None)], "a bigint, q bigint")
+    refused = rows.withColumn("reason", refused_reason("t/x", ["a"], {"q_cap": "q < 1000"}))
+    broken = "breaks constraint q_cap (q < 1000) of t/x"
+    expected = spark.createDataFrame(
+        [(1, 5, None), (None, 5000, "field 'a' is null, which t/x does not allow")]
+        + [(2, 5000, broken), (3, None, broken)],  # a null check breaks it too, as in Delta
+        "a bigint, q bigint, reason string",
+    )
+    assert_df_equality(refused, expected, ignore_nullable=True)
+    unconstrained = rows.withColumn("reason", refused_reason("t/x", [], {}))
+    assert unconstrained.where("reason IS NOT NULL").count() == 0
+
+
+def test_a_huge_key_is_kept_out_of_the_merge_condition_which_still_matches_it(spark):
+    huge = "x" * 1_000_000
+    condition = key_condition("id", "a" + huge, "b" + huge)
+    assert len(str(condition)) < 300
+    keys = spark.createDataFrame([("a" + huge,), ("b" + huge,), ("a",)], "id string")
+    assert keys.alias("t").join(keys.alias("s"), condition).count() == 2  # "a" is out of range
