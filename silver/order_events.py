@@ -90,8 +90,11 @@ def invalid_reason(value: Column, parsed: Column | None = None) -> Column:
 def _checks(value: Column, v: Column, typed: dict[str, Column]) -> list[tuple[Column, Column]]:
     top = F.schema_of_variant(v)
 
-    def said(message: str, *values: Column) -> Column:
-        return F.concat(F.lit(message), *values)
+    def said(message: str, *values: Column) -> Column:  # values quoted up to 100 characters
+        cut = [
+            F.when(F.length(x) > 100, F.concat(F.left(x, F.lit(100)), F.lit("..."))) for x in values
+        ]
+        return F.concat(F.lit(message), *[c.otherwise(x) for c, x in zip(cut, values, strict=True)])
 
     def text_of(name: str) -> Column:
         return F.try_variant_get(v, f"$.{name}", "string")

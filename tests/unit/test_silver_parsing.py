@@ -105,6 +105,7 @@ def reason_of(spark, value: bytes | str) -> str | None:
         ),
         (with_field("event_type", '"refunded"'), "unknown event_type 'refunded'"),
         (with_field("currency", '"JPY"'), "unknown currency 'JPY'"),
+        (with_field("currency", f'"{"Y" * 5000}"'), f"unknown currency '{'Y' * 100}...'"),
         (
             with_field("event_time", '"yesterday"'),
             "event_time is not an ISO-8601 instant with offset: 'yesterday'",
