@@ -105,7 +105,7 @@ def test_a_replayed_batch_is_skipped_by_delta(spark, lake):
 
 
 def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spark, lake, tmp_path):
-    report = produce(lake, orders=1500, seed=33)
+    report = produce(lake, orders=600, seed=33)
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "1234")))
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER="100")
     log = tmp_path / "bronze.log"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
+import random
+import shutil
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -13,10 +16,12 @@ from pyspark.sql import functions as F
 
 from pipelines.layers.bronze import run_bronze
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.layers.silver import run_silver
+from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import produce_plan
-from tests.integration.test_silver import oracle
+from tests import helpers
+from tests.conftest import subprocess_env
+from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
 pytestmark = pytest.mark.integration
 
@@ -190,61 +195,73 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     assert results.select("run_id").distinct().count() == 2
 
 
-def test_sigkill_gold_at_random_instants_and_a_lost_checkpoint_then_restart_equals_an_uninterrupted_run(
+def test_sigkill_silver_then_gold_at_random_instants_and_lost_checkpoints_equal_an_uninterrupted_run(
     spark, lake, tmp_path
 ):
-    import os
-    import random
-    import shutil
-
-    from pipelines.layers.silver import silver_tables
-    from tests import helpers
-    from tests.conftest import subprocess_env
-
-    seed_dimensions(spark, lake)
-    # many small silver commits, so that gold (1 file a batch) has several micro-batches to do
-    for i in range(8):
-        produce(lake, 100 + i, 40, START + timedelta(minutes=3 * i))
-        run_bronze(spark, lake, once=True, progress=False)
-        run_silver(spark, lake, once=True, progress=False)
-    tables = gold_tables(lake)
-    reference = lake.updated({"storage.root": str(tmp_path / "ref")})
-    ref_tables = gold_tables(reference)
-    for src, dst in (
-        (tables.events, ref_tables.events),
-        (tables.dimensions["products"], ref_tables.dimensions["products"]),
-        (tables.dimensions["customers"], ref_tables.dimensions["customers"]),
-    ):
-        shutil.copytree(src, dst)
-
-    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "2468")))
-    env = subprocess_env(lake, LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1")
-    log = tmp_path / "gold.log"
-    killed = helpers.kill_at_random_instants(
-        "pipelines.jobs.gold_job", env, log, tables.high_water, rng, batches=(1, 2), jitter_s=1.0
+    """One stream through both layers: each is SIGKILLed three times at random instants (mid-batch
+    or between batches), loses its checkpoint right after the last kill, and is run to the end;
+    every table then equals an uninterrupted run's, quarantine and late events included."""
+    # ~16 minutes of event time, late events among them; bronze in 5 batches of 4 files, so that
+    # silver (4 files a batch) has 5 micro-batches to do, and gold (1 file a batch) as many
+    report = helpers.produce(lake, 300, 74, events_per_second=1.0, **TWISTS)
+    run_bronze(
+        spark, lake.updated({"bronze.max_offsets_per_trigger": 200}), once=True, progress=False
     )
-    assert killed == 3, "gold finished before it could be killed"
-    # and its checkpoint is lost right after the last kill: rebuilt from what the tables recorded
-    shutil.rmtree(tables.checkpoint)
-    final = helpers.start_job("pipelines.jobs.gold_job", env, log, "--once")
-    assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
-    assert f"checkpoint {tables.checkpoint} was lost; rebuilt from the tables" in log.read_text()
+    seed_dimensions(spark, lake)
+    stream = lake.streams["orders"]
+    silver, gold = silver_tables(lake, stream), gold_tables(lake)
+    reference = lake.updated({"storage.root": str(tmp_path / "ref")})
+    ref_silver, ref_gold = silver_tables(reference, stream), gold_tables(reference)
+    shutil.copytree(silver.bronze, ref_silver.bronze)
+    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
+    log = tmp_path / "jobs.log"
 
-    slow = reference.updated({"gold.max_files_per_trigger": 1})
-    run_gold(spark, slow, once=True, progress=False)
+    def kill_then_lose_checkpoint(job: str, watched: str, checkpoint: str, **env: str) -> None:
+        # these jobs run several batches: the JIT's full tiers pay off (no C1-only start-up flag)
+        env = subprocess_env(lake, JAVA_TOOL_OPTIONS="", **env)
+        # a run is killed from its first commit (the table's creation, or a batch) to 5 s after it
+        killed = helpers.kill_at_random_instants(
+            job, env, log, watched, rng, batches=(1, 1), jitter_s=5.0
+        )
+        assert killed == 3, f"{job} finished before it could be killed"
+        shutil.rmtree(checkpoint)  # right after the last kill: rebuilt from the tables
+        final = helpers.start_job(job, env, log, "--once")
+        assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+        assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
+
+    # silver: its last write of a batch is to the state table
+    kill_then_lose_checkpoint(
+        "pipelines.jobs.silver_job",
+        silver.state,
+        silver.checkpoint,
+        LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="4",
+    )
+    run_silver(spark, reference, once=True, progress=False)
     for mine, theirs in (
-        (
-            tables.aggregates["gold/revenue_by_category_1m"],
-            ref_tables.aggregates["gold/revenue_by_category_1m"],
-        ),
-        (
-            tables.aggregates["gold/orders_by_country_5m"],
-            ref_tables.aggregates["gold/orders_by_country_5m"],
-        ),
-        (tables.late, ref_tables.late),
+        (silver.events, ref_silver.events),
+        (silver.state, ref_silver.state),
+        (silver.quarantine, ref_silver.quarantine),
     ):
         assert table(spark, mine) == table(spark, theirs)
-    assert silver_tables(lake, lake.streams["orders"]).events == tables.events
+    assert_silver_matches(spark, lake, oracle(report))
+
+    # gold, on the events silver wrote (the reference reads the same commits: the same batches)
+    shutil.rmtree(ref_silver.events)
+    shutil.copytree(silver.events, ref_silver.events)
+    for role, path in gold.dimensions.items():
+        shutil.copytree(path, ref_gold.dimensions[role])
+    kill_then_lose_checkpoint(
+        "pipelines.jobs.gold_job",
+        gold.high_water,
+        gold.checkpoint,
+        LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1",
+    )
+    run_gold(spark, reference.updated({"gold.max_files_per_trigger": 1}), once=True, progress=False)
+    for name, path in gold.aggregates.items():
+        assert table(spark, path) == table(spark, ref_gold.aggregates[name]), name
+    late = table(spark, gold.late)
+    assert late == table(spark, ref_gold.late)
+    assert any("more than 10 minutes behind" in r[-1] for r in late)  # the late path ran too
 
 
 def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import shutil
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -214,43 +212,6 @@ def test_a_replayed_micro_batch_changes_no_table_version(spark, lake):
         table(spark, tables.events, EVENT_COLUMNS),
         table(spark, tables.state, ORDER_COLUMNS),
     ] == before
-
-
-def test_sigkill_silver_at_random_instants_and_a_lost_checkpoint_then_restart_equals_an_uninterrupted_run(
-    spark, lake, tmp_path
-):
-    report = produce(lake, orders=500, seed=74)
-    # bronze in small batches, so that silver (2 files a batch) has about 8 micro-batches to do
-    many_files = lake.updated({"bronze.max_offsets_per_trigger": 300})
-    run_bronze(spark, many_files, once=True, progress=False)
-    tables = silver_tables(lake, lake.streams["orders"])
-    reference = lake.updated({"storage.root": str(tmp_path / "ref")})
-    shutil.copytree(tables.bronze, silver_tables(reference, lake.streams["orders"]).bronze)
-
-    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
-    env = subprocess_env(lake, LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="2")
-    log = tmp_path / "silver.log"
-    killed = helpers.kill_at_random_instants(
-        "pipelines.jobs.silver_job", env, log, tables.state, rng, batches=(1, 2), jitter_s=0.8
-    )
-    assert killed == 3, "silver finished before it could be killed"
-    # and its checkpoint is lost right after the last kill: rebuilt from what the tables recorded
-    shutil.rmtree(tables.checkpoint)
-    final = helpers.start_job("pipelines.jobs.silver_job", env, log, "--once")
-    assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
-    assert f"checkpoint {tables.checkpoint} was lost; rebuilt from the tables" in log.read_text()
-
-    run_silver(spark, reference, once=True, progress=False)
-    ref_tables = silver_tables(reference, lake.streams["orders"])
-    assert table(spark, tables.events, EVENT_COLUMNS) == table(
-        spark, ref_tables.events, EVENT_COLUMNS
-    )
-    assert table(spark, tables.state, ORDER_COLUMNS) == table(
-        spark, ref_tables.state, ORDER_COLUMNS
-    )
-    qcols = ["topic", "partition", "offset", "value", "reason"]
-    assert table(spark, tables.quarantine, qcols) == table(spark, ref_tables.quarantine, qcols)
-    assert_silver_matches(spark, lake, oracle(report))
 
 
 def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_says(spark, lake):
