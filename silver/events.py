@@ -4,7 +4,7 @@ declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITE
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -18,16 +18,23 @@ def dedupe_events(parsed: DataFrame, key: str, columns: list[str]) -> DataFrame:
     return parsed.where(F.col("reason").isNull()).groupBy(key).agg(first.alias("e")).select("e.*")
 
 
-def refused_reason(table: str, not_null: Iterable[str], checks: Mapping[str, str]) -> Column:
+def refused_reason(
+    table: str,
+    not_null: Iterable[str],
+    checks: Mapping[str, str],
+    evaluate: Callable[[str], Column] = F.expr,
+) -> Column:
     """Why `table` would refuse a typed row, or null: the first of its NOT NULL columns the row
     leaves null, or of its CHECK constraints (name -> SQL expression, as Delta keeps them) the
-    row breaks. Delta refuses a row whose check is null as one whose check is false."""
+    row breaks. Delta refuses a row whose check is null as one whose check is false; `evaluate`
+    makes a check's column, and one that is null where the check fails (a cast ANSI refuses)
+    refuses the rows on which Delta's write would fail too."""
     refusals = [
         F.when(F.col(c).isNull(), f"field '{c}' is null, which {table} does not allow")
         for c in not_null
     ]
     refusals += [
-        F.when(~F.coalesce(F.expr(e), F.lit(False)), f"breaks constraint {n} ({e}) of {table}")
+        F.when(~F.coalesce(evaluate(e), F.lit(False)), f"breaks constraint {n} ({e}) of {table}")
         for n, e in checks.items()
     ]
     return F.coalesce(*refusals, F.lit(None).cast("string"))

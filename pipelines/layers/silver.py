@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import partial
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -162,8 +163,22 @@ class UpsertSilver(IdempotentSink):
             not_null = [c for c in not_null if c in typed.columns]
             # a check on columns the events do not carry is left to Delta: the write fails
             checks = {n: e for n, e in checks.items() if _resolves(typed, e)}
-            reasons.append(refused_reason(name, not_null, checks))
+            reasons.append(refused_reason(name, not_null, checks, partial(_tried, spark)))
         return typed.withColumn("reason", F.coalesce("reason", *reasons)).drop(*as_state)
+
+
+def _tried(spark: SparkSession, expression: str) -> Column:
+    """`expression` as a column that is null on a row where it fails (a cast that ANSI refuses,
+    a division by zero), so that such a row is quarantined instead of failing the batch: Catalyst's
+    TryEval, the expression Spark's own try_* functions are made of. Where Spark's internals
+    differ, the plain expression (a row on which it fails stops the batch, naming the cause)."""
+    try:
+        jvm = spark._jvm
+        utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
+        parsed = utils.expression(jvm.org.apache.spark.sql.functions.expr(expression))
+        return Column(utils.column(jvm.org.apache.spark.sql.catalyst.expressions.TryEval(parsed)))
+    except Exception:  # noqa: BLE001 (internals of another Spark version)
+        return F.expr(expression)
 
 
 def _resolves(df: DataFrame, expression: str) -> bool:
