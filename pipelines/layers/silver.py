@@ -171,7 +171,7 @@ def _tried(spark: SparkSession, expression: str) -> Column:
     """`expression` as a column that is null on a row where it fails (a cast that ANSI refuses,
     a division by zero), so that such a row is quarantined instead of failing the batch: Catalyst's
     TryEval, the expression Spark's own try_* functions are made of. Where Spark's internals
-    differ, the plain expression (a row on which it fails stops the batch, naming the cause)."""
+    differ, the plain expression (a row on which it fails stops the batch)."""
     try:
         jvm = spark._jvm
         utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
