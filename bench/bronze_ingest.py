@@ -1,12 +1,19 @@
-"""Benchmark: bronze ingest rate while draining a backlog, against Kafka's own consumer tool.
+"""Benchmark: bronze draining a backlog, against Kafka's own consumer and the plain Spark job.
 
 Usage:
-    .venv/bin/python bench/bronze_ingest.py [--records 1000000] [--env local]
+    .venv/bin/python -m bench.bronze_ingest [--records 10000000] [--env local]
 
-Produces a backlog of the reference stream to a fresh topic on the local broker, reads it once
-with `org.apache.kafka.tools.ConsumerPerformance` (the ceiling: a bare JVM consumer that keeps
-nothing), then drains it with the bronze job (`--once`) into a fresh Delta table, and prints both
-rates and their ratio. Results also go to bench/results/bronze_ingest-<time>.json.
+Produces a backlog of the reference stream (every twist) to a fresh topic on the local broker,
+then reads it three times:
+- `org.apache.kafka.tools.ConsumerPerformance`, the ceiling: a bare JVM consumer that keeps
+  nothing (its own figure, JVM start excluded);
+- the plain Spark job a user would write instead of bronze: `readStream.format("kafka")` ->
+  `writeStream.format("delta")`, available-now, Spark's default source options (no per-trigger
+  cap, no headers), in a new Python process and JVM with the lakehouse's session settings;
+- `lakehouse run bronze --once`, as a user runs it, in a new process and JVM.
+Both Spark figures are wall time from the process start to its end: JVM start included. Prints
+rates and the ratios bronze / ConsumerPerformance and bronze / plain job; the figures go to
+bench/RESULTS.md and bench/results/bronze_ingest-<time>.json.
 """
 
 from __future__ import annotations
@@ -15,20 +22,22 @@ import argparse
 import json
 import os
 import subprocess
-import tempfile
+import sys
 import time
 import uuid
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
 
+from bench.backlog import RESULTS, fresh, generate, record
 from pipelines.config import load_config
-from pipelines.layers.bronze import bronze_tables, run_bronze
+from pipelines.kafka import topic_watermarks
 from pipelines.local import broker
 from pipelines.local.jars import java_executable, kafka_jars
-from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
-from pipelines.streaming.spark import build_spark
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
@@ -54,88 +63,124 @@ def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
         "records": float(figures["data.consumed.in.nMsg"]),
         "mb": float(figures["data.consumed.in.MB"]),
         "records_per_s": float(figures["nMsg.sec"]),
-        "fetch_records_per_s": float(figures["fetch.nMsg.sec"]),
         "seconds": (end - start).total_seconds(),
     }
 
 
+def plain_job(env: str, root: str, topic: str) -> None:
+    """The job a user would write: Kafka -> Delta, available-now, Spark's default options."""
+    from pipelines.streaming.spark import build_spark
+
+    conf = load_config(env).updated({"storage.root": root})
+    spark = build_spark(conf, app_name="bench-plain-kafka-to-delta")
+    (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", conf.kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("delta")
+        .option("checkpointLocation", f"{root}/_checkpoints/plain")
+        .trigger(availableNow=True)
+        .start(f"{root}/plain")
+        .awaitTermination()
+    )
+    spark.stop()
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall seconds of a command run to its end (it must succeed)."""
+    started = time.monotonic()
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, **(env or {})})
+    return time.monotonic() - started
+
+
+def delta_rows(root: str, table: str) -> int:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    files = pa.table(DeltaTable(f"{root}/{table}").get_add_actions())
+    return sum(files.column("num_records").to_pylist())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="backlog size (approx.)")
+    parser.add_argument("--records", type=int, default=10_000_000, help="backlog size")
     parser.add_argument("--env", default="local")
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
+    parser.add_argument("--topic", help="read this topic's backlog instead of producing one")
+    parser.add_argument("--plain-job", nargs=2, metavar=("ROOT", "TOPIC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plain_job:
+        return plain_job(args.env, *args.plain_job)
 
     conf = load_config(args.env)
     broker.start(conf)
-    topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
-    conf = conf.updated(
-        {
-            "storage.root": tempfile.mkdtemp(prefix="lakehouse-bench-"),
-            "streams.orders.topic": topic,
-            "bronze.max_offsets_per_trigger": args.max_offsets_per_trigger,
-            "spark.driver_memory": "4g",
-        }
-    )
-    # ~2.4 records per order once re-deliveries and invalid records are added
-    options = StreamOptions(
-        orders=int(args.records / 2.3),
-        seed=99,
-        redelivery_rate=0.05,
-        invalid_rate=0.02,
-        out_of_order_rate=0.1,
-        null_key_rate=0.02,
-    )
-    plan = generate_orders_stream(options)
-    plan.records = plan.records[: args.records]
-    produced = produce_plan(conf, plan, topic, track=False, progress=True)
-    n = len(plan.records)
-    print(f"backlog: {n:,} records on {topic} ({produced.seconds:.1f}s to produce)")
+    conf = fresh(conf, "bronze")
+    if args.topic:
+        conf = conf.updated({"streams.orders.topic": args.topic})
+    topic, root = conf.stream("orders").topic, conf.storage.root
+    if args.topic:
+        n = sum(w.high - w.low for w in topic_watermarks(conf, topic))
+    else:
+        print(f"generating {args.records:,} records ...", flush=True)
+        records = generate(args.records)[: args.records]
+        produced = produce_plan(conf, StreamPlan(with_every_twist(), records), topic, track=False)
+        n = len(records)
+        del records
+        print(f"produced in {produced.seconds:.1f}s", flush=True)
+    print(f"backlog: {n:,} records on {topic}", flush=True)
 
     perf = consumer_performance(conf, topic, n)
     print(
-        f"ConsumerPerformance: {perf['records']:,.0f} records in {perf['seconds']:.1f}s = "
-        f"{perf['records_per_s']:,.0f} records/s ({perf['mb']:.0f} MB)"
+        f"ConsumerPerformance: {n:,} records in {perf['seconds']:.1f}s = "
+        f"{perf['records_per_s']:,.0f} records/s ({perf['mb']:,.0f} MB)",
+        flush=True,
     )
+    python = sys.executable
+    plain_s = timed(
+        [python, "-m", "bench.bronze_ingest", "--env", args.env, "--plain-job", root, topic]
+    )
+    plain_rows = delta_rows(root, "plain")
+    assert plain_rows == n, f"the plain job wrote {plain_rows:,} rows, expected {n:,}"
+    print(f"plain Spark job: {n:,} rows in {plain_s:.1f}s = {n / plain_s:,.0f} rows/s", flush=True)
 
-    spark = build_spark(conf, app_name="bench-bronze")
-    started = time.monotonic()
-    query = run_bronze(spark, conf, once=True, progress=True)
-    seconds = time.monotonic() - started
-    batches = [p for p in query.recentProgress if p.numInputRows]
-    batch_s = sum(p.durationMs["triggerExecution"] for p in batches) / 1000
-    steady = n / batch_s
-    rows = spark.read.format("delta").load(bronze_tables(conf, conf.stream("orders")).raw).count()
-    assert rows == n, f"bronze holds {rows:,} rows, expected {n:,}"
-    rate = n / seconds
-    ratio, steady_ratio = (r / perf["records_per_s"] for r in (rate, steady))
-    print(
-        f"bronze --once: {n:,} rows in {seconds:.1f}s = {rate:,.0f} rows/s "
-        f"(batches of {args.max_offsets_per_trigger:,}, query start to stop)"
-    )
-    print(f"bronze batches only: {len(batches)} batches in {batch_s:.1f}s = {steady:,.0f} rows/s")
-    print(
-        f"ratio bronze / ConsumerPerformance: {ratio:.3f} (1 / {1 / ratio:.1f}) end to end, "
-        f"{steady_ratio:.3f} (1 / {1 / steady_ratio:.1f}) in batches"
-    )
+    overrides = {"LAKEHOUSE__STORAGE__ROOT": root, "LAKEHOUSE__STREAMS__ORDERS__TOPIC": topic}
+    lakehouse = str(Path(python).parent / "lakehouse")
+    bronze_s = timed([lakehouse, "run", "bronze", "--once", "--env", args.env], overrides)
+    bronze_rows = delta_rows(root, conf.stream("orders").bronze_table)
+    assert bronze_rows == n, f"bronze holds {bronze_rows:,} rows, expected {n:,}"
+    rate = n / bronze_s
+    vs_perf, vs_plain = rate / perf["records_per_s"], plain_s / bronze_s
+    figures = [
+        f"backlog: {n:,} records ({perf['mb']:,.0f} MB) on 4 partitions",
+        f"Kafka ConsumerPerformance: {perf['records_per_s']:,.0f} records/s "
+        f"({perf['seconds']:.1f} s, JVM start excluded)",
+        f"plain Spark Kafka -> Delta job (available-now, default options): {plain_s:.1f} s = "
+        f"{n / plain_s:,.0f} rows/s (JVM start included)",
+        f"`lakehouse run bronze --once`: {bronze_s:.1f} s = {rate:,.0f} rows/s "
+        f"(JVM start included)",
+        f"ratio bronze / ConsumerPerformance: **{vs_perf:.3f}**",
+        f"ratio bronze / plain Spark job: **{vs_plain:.3f}**",
+    ]
+    print("\n".join(figures))
     results = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "records": n,
-        "bronze_seconds": round(seconds, 2),
-        "bronze_rows_per_s": round(rate),
         "consumer_performance": perf,
-        "ratio": round(ratio, 4),
-        "bronze_batch_seconds": round(batch_s, 2),
-        "bronze_batch_rows_per_s": round(steady),
-        "batch_ratio": round(steady_ratio, 4),
-        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "plain_seconds": round(plain_s, 2),
+        "bronze_seconds": round(bronze_s, 2),
+        "bronze_rows_per_s": round(rate),
+        "ratio_consumer_performance": round(vs_perf, 4),
+        "ratio_plain_job": round(vs_plain, 4),
         "machine": {"cores": os.cpu_count()},
     }
-    out = Path(__file__).parent / f"results/bronze_ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.parent.mkdir(exist_ok=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bronze_ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results: {out}")
-    spark.stop()
+    command = "python -m bench.bronze_ingest" + (
+        f" --records {args.records}" if args.records != 10_000_000 else ""
+    )
+    print(f"results: {out} and {record('Bronze drain', command, figures)}")
 
 
 if __name__ == "__main__":

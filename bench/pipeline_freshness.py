@@ -1,7 +1,7 @@
 """Benchmark: end-to-end freshness and gold's state, bronze + silver + gold running continuously.
 
 Usage:
-    .venv/bin/python bench/pipeline_freshness.py [--minutes 5] [--rate N] [--trigger "10 seconds"]
+    .venv/bin/python -m bench.pipeline_freshness [--minutes 5] [--rate N] [--trigger "10 seconds"]
 
 Measures bronze's maximum rate on a backlog (`--backlog` records, `--once`), then runs bronze,
 silver and gold as continuous queries in one Spark application while a paced producer sends the
@@ -17,67 +17,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
-from datetime import UTC, datetime, timedelta
-from itertools import chain
+from concurrent.futures import ThreadPoolExecutor, wait
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bench.backlog import fresh, generate
 from pipelines.config import LakehouseConf, load_config
-from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import bronze_tables, run_bronze, start_bronze
 from pipelines.layers.gold import gold_tables, seed_dimensions, start_gold
 from pipelines.layers.silver import start_silver
 from pipelines.local import broker
-from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
+from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.progress_table import progress_row
 from pipelines.streaming.spark import build_spark
 from silver.order_events import parse_events
 
-CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
-EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
-T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
 LAYERS = {"bronze": start_bronze, "silver": start_silver, "gold": start_gold}
 # the gold tables that windowed `paid` and `created` events land in
 REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
-
-
-def generate_chunk(k: int) -> list:
-    """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
-    start = T0 + k * timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
-    options = with_every_twist(
-        orders=CHUNK_ORDERS, seed=1000 + k, start_time=start, events_per_second=EVENTS_PER_SECOND
-    )
-    return generate_orders_stream(options).records
-
-
-def generate(records: int, first_chunk: int = 0) -> list:
-    """At least `records` records, generated on every core."""
-    chunks = max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(os.cpu_count(), mp_context=spawn) as pool:
-        return list(chain(*pool.map(generate_chunk, range(first_chunk, first_chunk + chunks))))
-
-
-def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
-    """`conf` with an empty storage root and a new topic `bench.<name>.<id>`, created."""
-    topic = f"bench.{name}.{uuid.uuid4().hex[:8]}"
-    root = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
-    conf = conf.updated({"storage.root": root, "streams.orders.topic": topic})
-    stream = conf.stream("orders")
-    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
-    return conf
 
 
 def delta_commits(table: str) -> Iterator[dict]:

@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="write the counts per kind as JSON here")
     p.add_argument("--manifest", type=Path, help="write every record as JSON lines here")
     p = command("run", run_layer, "a layer's job: Kafka -> bronze -> silver -> gold")
-    p.add_argument("layer", choices=["bronze", "silver", "gold"])
+    p.add_argument("layer", choices=["bronze", "silver", "gold", "pipeline"])
     p.add_argument("--stream", default="orders")
     p.add_argument("--once", action="store_true", help="process what is available, then stop")
     p.add_argument("--quiet", action="store_true")

@@ -129,7 +129,8 @@ class BronzeConf(_Section):
     """Bronze ingest: trigger, rate limit, and what to do when Kafka lost offsets to retention."""
 
     trigger_interval: Duration = "10 seconds"
-    max_offsets_per_trigger: Count | None = 200_000
+    max_offsets_per_trigger: Count | None = None  # records per micro-batch; None: all there are
+    source_options: dict[str, str] = {}  # Spark Kafka source options, e.g. minPartitions
     on_data_loss: Literal["fail", "record"] = "fail"
 
 
@@ -138,6 +139,13 @@ class SilverConf(_Section):
 
     trigger_interval: Duration = "10 seconds"
     max_files_per_trigger: Count | None = 50
+
+
+class PipelineConf(_Section):
+    """The pipeline job: one query through bronze, silver and gold per micro-batch."""
+
+    trigger_interval: Duration = "0 seconds"  # the next batch starts as soon as one ends
+    max_offsets_per_trigger: Count | None = 500_000  # a backlog drains in batches of this many
 
 
 class GoldConf(_Section):
@@ -212,6 +220,7 @@ class LakehouseConf(_Section):
     bronze: BronzeConf = BronzeConf()
     silver: SilverConf = SilverConf()
     gold: GoldConf = GoldConf()
+    pipeline: PipelineConf = PipelineConf()
     quality: QualityConf = QualityConf()
     progress_table: ProgressTableConf = ProgressTableConf()
     cluster: ClusterConf = ClusterConf()

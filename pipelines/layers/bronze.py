@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 from delta.tables import DeltaTable
 from pyspark.errors import StreamingQueryException
@@ -33,11 +34,15 @@ from pipelines.config import LakehouseConf, StreamConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import redacted, spark_kafka_options, topic_watermarks
 from pipelines.streaming import checkpoints
+from pipelines.streaming.delta import snapshot
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import Table, declared, ensure_table
 
 log = logging.getLogger("lakehouse.bronze")
+# Spark's Kafka source polls its consumer 500 records at a time by default: a backlog drains 15%
+# faster in polls of 10,000 (measured, bench/bronze_ingest.py). bronze.source_options wins.
+SOURCE_DEFAULTS = {"kafka.max.poll.records": "10000"}
 
 
 class RetentionGapError(JobFailedError):
@@ -85,7 +90,11 @@ def ensure_bronze_tables(spark: SparkSession, conf: LakehouseConf, stream: Strea
 
 
 def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
-    """The greatest offset the table holds, per partition of `topic`."""
+    """The greatest offset the table holds, per partition of `topic` (no Spark job when it holds
+    no file: a new table)."""
+    checksum = snapshot(spark, path).checksumOpt()  # the log's own file count, if it kept one
+    if checksum.isDefined() and checksum.get().numFiles() == 0:
+        return {}
     rows = (
         spark.read.format("delta")
         .load(path)
@@ -170,22 +179,36 @@ def start_bronze(
     spark: SparkSession,
     conf: LakehouseConf,
     stream_name: str = "orders",
-    sink: AppendRawRecords | None = None,
+    sink: IdempotentSink | None = None,
     *,
     once: bool = False,
+    checkpoint: str | None = None,
+    name: str | None = None,
+    trigger_interval: str | None = None,
+    max_offsets: int | None = -1,
 ) -> StreamingQuery:
-    """Check offsets against Kafka, then start the bronze query for one stream."""
+    """Check offsets against Kafka, then start the bronze query for one stream (by default with
+    the bronze job's checkpoint, name, trigger and cap; the pipeline job gives its own)."""
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
+    if checkpoint is not None:
+        tables = replace(tables, checkpoint=checkpoint)
+    max_offsets = conf.bronze.max_offsets_per_trigger if max_offsets == -1 else max_offsets
     topic = stream.topic
     # names the broker if it is unreachable, the topic if it is missing
     watermarks = topic_watermarks(conf, topic)
-    ensure_bronze_tables(spark, conf, stream)
+    sink = sink or AppendRawRecords(conf, stream, tables)
+    if snapshot(spark, tables.raw).version() < 0:
+        # a new table is created while the query starts, and the first write waits for it: a
+        # first run pays Delta's cold start once, not before the query and again in its batch
+        sink.ready = ThreadPoolExecutor(1).submit(ensure_bronze_tables, spark, conf, stream)
+    else:
+        ensure_bronze_tables(spark, conf, stream)
 
     next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)
     starting = "earliest"
     if next_offsets is None:
-        in_table = table_max_offsets(spark, tables.raw, topic)
+        in_table = {} if sink.ready else table_max_offsets(spark, tables.raw, topic)
         if in_table:
             next_offsets = resume_offsets_from_table(in_table, [w.partition for w in watermarks])
             starting = json.dumps({topic: {str(p): o for p, o in next_offsets.items()}})
@@ -198,26 +221,30 @@ def start_bronze(
     if gaps:
         if conf.bronze.on_data_loss == "fail":
             raise RetentionGapError(gaps, conf, tables.name)
+        sink.wait_until_ready()
         record_gaps(spark, tables.gaps, gaps, "start")
 
     options = {
+        **SOURCE_DEFAULTS,
         **spark_kafka_options(conf),
         "subscribe": topic,
         "startingOffsets": starting,
         "includeHeaders": "true",
         "failOnDataLoss": str(conf.bronze.on_data_loss == "fail").lower(),
     }
-    if conf.bronze.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(conf.bronze.max_offsets_per_trigger)
+    if max_offsets:
+        options["maxOffsetsPerTrigger"] = str(max_offsets)
+    options |= conf.bronze.source_options
     log.info("bronze source options: %s", redacted(options))
-    trigger = {"availableNow": True} if once else {"processingTime": conf.bronze.trigger_interval}
+    interval = trigger_interval or conf.bronze.trigger_interval
+    trigger = {"availableNow": True} if once else {"processingTime": interval}
     return (
         spark.readStream.format("kafka")
         .options(**options)
         .load()
         .transform(to_raw_records)
-        .writeStream.queryName(f"bronze_{stream.bronze_table.split('/')[-1]}")
-        .foreachBatch(sink or AppendRawRecords(conf, stream, tables))
+        .writeStream.queryName(name or f"bronze_{stream.bronze_table.split('/')[-1]}")
+        .foreachBatch(sink)
         .option("checkpointLocation", tables.checkpoint)
         .trigger(**trigger)
         .start()

@@ -106,6 +106,11 @@ def ensure_gold_tables(spark: SparkSession, conf: LakehouseConf, tables: GoldTab
             ensure_table(spark, conf, table)
 
 
+def require_dimensions(spark: SparkSession, tables: GoldTables) -> None:
+    """Refuse to start before the dimension tables are seeded."""
+    require_tables(spark, dict.fromkeys(tables.dimensions.values(), "run `lakehouse seed` first"))
+
+
 def _add_condition(keys: list[str], lo: datetime, hi: datetime) -> F.Column:
     condition = F.col("t.window_start").between(F.lit(lo), F.lit(hi))
     for k in keys:
@@ -292,8 +297,8 @@ def start_gold(
 ) -> StreamingQuery:
     """Start the gold query of one stream, reading its silver events as a stream."""
     tables = gold_tables(conf, stream_name)
-    seeded = dict.fromkeys(tables.dimensions.values(), "run `lakehouse seed` first")
-    require_tables(spark, {tables.events: "run `lakehouse run silver` first", **seeded})
+    require_tables(spark, {tables.events: "run `lakehouse run silver` first"})
+    require_dimensions(spark, tables)
     ensure_gold_tables(spark, conf, tables)
     return start_delta_to_batches(
         spark,

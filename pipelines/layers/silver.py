@@ -17,7 +17,7 @@ with Delta's transaction ids, so a replayed batch changes nothing, not even a ta
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from delta.tables import DeltaTable
@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.streaming.delta import start_delta_to_batches
+from pipelines.streaming.delta import batch_commit, start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import (
@@ -81,7 +81,10 @@ def silver_tables(conf: LakehouseConf, stream: StreamConf) -> SilverTables:
 def declarations(tables: SilverTables) -> list[Table]:
     """The events, state (if any) and quarantine tables of a stream."""
     events, state, quarantine = tables.names
-    found = [declared(tables.stream.module(events), events)]
+    declaration = declared(tables.stream.module(events), events)
+    # the pipeline job reads back what each batch inserted through the change data feed
+    feed = {**declaration.properties, "delta.enableChangeDataFeed": "true"}
+    found = [replace(declaration, properties=feed)]
     found += [declared(tables.stream.module(state), state)] if state else []
     return [*found, declared(silver.quarantine, quarantine)]
 
@@ -105,6 +108,7 @@ class UpsertSilver(IdempotentSink):
         self.state = importlib.import_module(tables.stream.module(state)) if state else None
         self.event_columns = column_names(self.events.SCHEMA)
         self.partition = next(iter(getattr(self.events, "PARTITIONED_BY", ())), None)
+        self.merged_events = False  # whether the last batch MERGEd events
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -112,6 +116,7 @@ class UpsertSilver(IdempotentSink):
         key = self.events.KEY
         parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
         keys = batch_keys(parsed, key, self.partition, self.state and self.state.KEY).first()
+        self.merged_events = bool(keys["valid_records"])
         if keys["invalid_records"]:
             quarantine = quarantined_records(parsed)
             self.append(quarantine, quarantine_name, self.tables.quarantine, batch_id)
@@ -147,6 +152,25 @@ class UpsertSilver(IdempotentSink):
                 .whenNotMatchedInsertAll()
                 .execute()
             ),
+        )
+
+    def inserted_events(self, batch_id: int) -> DataFrame | None:
+        """The events the last batch's MERGE inserted into the events table, read back from that
+        commit through the table's change data feed (a re-run of the batch reads the same), or
+        None if the batch merged no event."""
+        if not self.merged_events:
+            return None
+        version = batch_commit(self.spark, self.tables.events, self.query_id(), batch_id)
+        if version is None:
+            return None
+        return (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", version)
+            .option("endingVersion", version)
+            .load(self.tables.events)
+            .where(F.col("_change_type") == "insert")
+            .drop("_change_type", "_commit_version", "_commit_timestamp")
         )
 
     def refusing(self, parsed: DataFrame) -> DataFrame:

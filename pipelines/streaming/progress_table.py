@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from datetime import datetime
 
@@ -72,7 +73,9 @@ def progress_row(p, job_run_id: str | None = None, task: str | None = None) -> d
 
 
 class ProgressTable:
-    """Buffers progress rows and appends them to the progress table."""
+    """Buffers progress rows and appends them to the progress table: every
+    `flush_interval_s` in a background thread, so that a query never waits for it, and once more
+    at the end (`flush`)."""
 
     def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
         self.spark, self.conf, self.created = spark, conf, False
@@ -81,30 +84,48 @@ class ProgressTable:
         self.last_flush = time.monotonic()
         self.job_run_id = os.environ.get("LAKEHOUSE_JOB_RUN_ID")
         self.task = os.environ.get("LAKEHOUSE_TASK_KEY")
+        self._buffer = threading.Lock()  # guards `rows`
+        self._writing = threading.Lock()  # one append at a time
+        # the table is made ready while the query starts: the last flush is then a plain append
+        self._writer = threading.Thread(target=self._append, name="progress-table")
+        self._writer.start()
 
     def record(self, progress) -> None:
-        self.rows.append(progress_row(progress, self.job_run_id, self.task))
+        row = progress_row(progress, self.job_run_id, self.task)
+        with self._buffer:
+            self.rows.append(row)
         if time.monotonic() - self.last_flush >= self.conf.progress_table.flush_interval_s:
-            self.flush()
+            self.last_flush = time.monotonic()
+            if not self._writer.is_alive():
+                self._writer = threading.Thread(target=self._append, name="progress-table")
+                self._writer.start()
 
     def flush(self) -> None:
+        """Append the buffered rows now (after any append under way)."""
+        self._writer.join()
+        self._append()
+
+    def _append(self) -> None:
         """Append the buffered rows; on a failure, say so and keep them for the next flush."""
-        self.last_flush = time.monotonic()
-        if not self.rows:
-            return
-        try:
-            if not self.created:
-                self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
-            df = self.spark.createDataFrame(self.rows, SCHEMA)
-            retry_on_conflict(
-                lambda: df.write.format("delta").mode("append").save(self.path), what=self.path
-            )
-            self.rows = []
-        except Exception as e:  # progress is a courtesy: a failed append must not stop a job
-            print(
-                f"progress table: could not append {len(self.rows)} rows to {self.path} (kept for "
-                f"the next try): {str(e).splitlines()[0][:300]}",
-                file=sys.stderr,
-                flush=True,
-            )
-            self.rows = self.rows[-10_000:]
+        with self._writing:
+            with self._buffer:
+                rows, self.rows = self.rows, []
+            try:
+                if not self.created:
+                    self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
+                if not rows:
+                    return
+                df = self.spark.createDataFrame(rows, SCHEMA)
+                retry_on_conflict(
+                    lambda: df.write.format("delta").mode("append").save(self.path),
+                    what=self.path,
+                )
+            except Exception as e:  # progress is a courtesy: a failed append must not stop a job
+                print(
+                    f"progress table: could not append {len(rows)} rows to {self.path} (kept "
+                    f"for the next try): {str(e).splitlines()[0][:300]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with self._buffer:
+                    self.rows[:0] = rows[-10_000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -48,6 +49,12 @@ class IdempotentSink:
         self._query_id: str | None = None
         self._cached: list[DataFrame] = []
         self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
+        self.ready: Future | None = None  # tables still being created: batches wait for them
+
+    def wait_until_ready(self) -> None:
+        """Wait until the tables being created exist (raising what failed to create them)."""
+        if self.ready is not None:
+            self.ready.result()
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         raise NotImplementedError
@@ -57,6 +64,7 @@ class IdempotentSink:
         try:
             if STOPPING.is_set():
                 raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
+            self.wait_until_ready()
             self.write_batch(self.cache(batch) if self.cache_batch else batch, batch_id)
         except BaseException as e:
             self.failure = e

@@ -1,0 +1,89 @@
+"""Backlogs of the reference stream for the benchmarks: every twist, generated on every core."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import tempfile
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime, timedelta
+from itertools import chain
+from pathlib import Path
+
+from pipelines.config import LakehouseConf
+from pipelines.kafka import ensure_topic
+from pipelines.reference.orders_stream import generate_orders_stream, with_every_twist
+
+CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
+EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
+T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
+RESULTS = Path(__file__).parent / "results"
+
+
+def generate_chunk(k: int) -> list:
+    """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
+    start = T0 + k * timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
+    options = with_every_twist(
+        orders=CHUNK_ORDERS, seed=1000 + k, start_time=start, events_per_second=EVENTS_PER_SECOND
+    )
+    return generate_orders_stream(options).records
+
+
+def generate(records: int, first_chunk: int = 0) -> list:
+    """At least `records` records, generated on every core."""
+    chunks = max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=spawn) as pool:
+        return list(chain(*pool.map(generate_chunk, range(first_chunk, first_chunk + chunks))))
+
+
+def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
+    """`conf` with an empty storage root and a new topic `bench.<name>.<id>`, created."""
+    topic = f"bench.{name}.{uuid.uuid4().hex[:8]}"
+    root = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
+    conf = conf.updated({"storage.root": root, "streams.orders.topic": topic})
+    stream = conf.stream("orders")
+    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
+    return conf
+
+
+def commit() -> str:
+    """The commit the benchmark ran on (with `+` if the work tree differs from it)."""
+    git = ["git", "-C", str(Path(__file__).parent)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
+def record(name: str, command: str, figures: list[str]) -> Path:
+    """Put a benchmark's latest figures in bench/RESULTS.md, in its own section (replaced each
+    run), with the date, the commit and the command; returns the file."""
+    path = Path(__file__).parent / "RESULTS.md"
+    text = path.read_text() if path.exists() else RESULTS_HEADER
+    heading = f"## {name}\n"
+    body = (
+        f"{heading}\n- when: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}, "
+        f"{os.cpu_count()} cores\n- command: `{command}`\n"
+        + "".join(f"- {line}\n" for line in figures)
+        + "\n"
+    )
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + body
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + body + (text[end + 1 :] if end >= 0 else "")
+    path.write_text(text.rstrip("\n") + "\n")
+    return path
+
+
+RESULTS_HEADER = """# Benchmark results
+
+The latest figures of every benchmark under `bench/`, each written by the benchmark itself when it
+finishes (its section is replaced), with the date, the commit and the command. Raw figures of
+every run go to `bench/results/*.json`. Compare a change against these before merging it.
+"""

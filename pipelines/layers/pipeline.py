@@ -1,0 +1,125 @@
+"""The pipeline job: one streaming query carries each micro-batch from Kafka through bronze,
+silver and gold, instead of three queries each waiting for the previous one's commits.
+
+Each table is still written exactly once per batch under its own Delta transaction ids (its
+table and this query's id, the batch id), so a batch re-run after a crash skips every write that
+committed and does the others. Per micro-batch, in order:
+1. bronze: the Kafka records are appended to the raw table (as the bronze job does);
+2. silver: the same records, parsed and validated, go to the quarantine, the events and the
+   state tables (as the silver job does with the raw table's new rows);
+3. gold: the events this batch's MERGE inserted into the events table (read back from that
+   commit through the table's change data feed, so a re-run sees the same events) are windowed
+   and added to the gold tables (as the gold job does with the events table's new rows).
+A write that fails stops the batch where it is: nothing later in the batch is written, nor is
+the batch committed to the checkpoint, so ingestion stops with it and the restarted query runs
+the same batch again (bronze skips its committed write). A record that silver cannot write is
+quarantined, not failed: only a failure of the storage or the job stops ingestion.
+
+The per-layer jobs stay for spark-submit and for streams that want them apart; one storage root
+is run either by the pipeline or by the three jobs (their checkpoints differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipelines.config import LakehouseConf
+from pipelines.layers import bronze, gold, silver
+from pipelines.streaming.delta import recover_checkpoint
+from pipelines.streaming.query import run_query
+from pipelines.streaming.sink import IdempotentSink
+
+
+class Pipeline(IdempotentSink):
+    """foreachBatch sink that runs the bronze, silver and gold sinks on one micro-batch."""
+
+    def __init__(self, conf: LakehouseConf, stream_name: str) -> None:
+        stream = conf.stream(stream_name)
+        super().__init__(conf.checkpoint_path(f"pipeline/{stream_name}"))
+        ck = self.checkpoint
+        self.bronze = bronze.AppendRawRecords(
+            conf, stream, replace(bronze.bronze_tables(conf, stream), checkpoint=ck)
+        )
+        self.silver = silver.UpsertSilver(
+            replace(silver.silver_tables(conf, stream), checkpoint=ck)
+        )
+        self.gold = (
+            gold.UpsertGold(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
+            if stream.gold_tables
+            else None
+        )
+        self.layers = [s for s in (self.bronze, self.silver, self.gold) if s is not None]
+        for layer in self.layers:
+            layer._cached = self._cached  # released with the batch's own frames
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        for layer in self.layers:
+            layer.spark = self.spark
+        self.bronze.write_batch(batch, batch_id)
+        self.silver.write_batch(batch, batch_id)
+        if self.gold is not None:
+            events = self.silver.inserted_events(batch_id)
+            if events is not None:
+                self.gold.write_batch(self.cache(events), batch_id)
+
+    def written(self) -> list[str]:
+        """Every table the pipeline writes: a lost checkpoint is rebuilt from their records."""
+        b, s = self.bronze.tables, self.silver.tables
+        tables = [b.raw, s.events, s.quarantine, *([s.state] if s.state else [])]
+        if self.gold is not None:
+            g = self.gold.tables
+            tables += [*g.aggregates.values(), g.late, g.high_water]
+        return tables
+
+
+def start_pipeline(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    stream_name: str = "orders",
+    sink: Pipeline | None = None,
+    *,
+    once: bool = False,
+) -> StreamingQuery:
+    """Start the one query of a stream's whole pipeline, reading Kafka."""
+    sink = sink or Pipeline(conf, stream_name)
+    silver.ensure_silver_tables(spark, conf, sink.silver.tables)
+    if sink.gold is not None:
+        gold.require_dimensions(spark, sink.gold.tables)
+        gold.ensure_gold_tables(spark, conf, sink.gold.tables)
+    recover_checkpoint(spark, sink.checkpoint, sink.written(), "pipeline")
+    return bronze.start_bronze(
+        spark,
+        conf,
+        stream_name,
+        sink,
+        once=once,
+        checkpoint=sink.checkpoint,
+        name=f"pipeline_{stream_name}",
+        trigger_interval=conf.pipeline.trigger_interval,
+        max_offsets=conf.pipeline.max_offsets_per_trigger,
+    )
+
+
+def run_pipeline(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    stream_name: str = "orders",
+    *,
+    once: bool = False,
+    progress: bool = True,
+) -> StreamingQuery:
+    """Run the pipeline until done (`once`) or until SIGINT/SIGTERM."""
+    sink = Pipeline(conf, stream_name)
+    stream = conf.stream(stream_name)
+    return run_query(
+        spark,
+        conf,
+        lambda: start_pipeline(spark, conf, stream_name, sink, once=once),
+        sink,
+        name="pipeline",
+        what=f"pipeline of topic {stream.topic!r} from {conf.kafka.bootstrap_servers}",
+        progress=progress,
+    )
