@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 
 import pytest
-from pyspark.sql import functions as F
 
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.layers.pipeline import Pipeline, run_pipeline
+from pipelines.layers.pipeline import Pipeline
 from pipelines.layers.silver import run_silver, silver_tables
 from tests import helpers
+from tests.conftest import subprocess_env
 from tests.integration.test_gold import table
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
@@ -31,21 +33,36 @@ def every_table(spark, conf) -> dict[str, list[tuple]]:
     return rows
 
 
-def test_the_pipeline_writes_every_table_as_the_three_layer_jobs_do_and_survives_a_lost_checkpoint(
+def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes_every_table_as_the_three_layer_jobs_do(  # noqa: E501
     spark, lake, tmp_path
 ):
-    """The same stream, in the same micro-batches: once through the pipeline job, once through
-    bronze, silver and gold one after the other. Every table is equal, late events and
-    quarantine included; a lost pipeline checkpoint is rebuilt and the re-run changes nothing."""
+    """The same stream, in the same micro-batches: once through the pipeline job, SIGKILLed three
+    times at random instants (in any of its writes, or between batches) and its checkpoint lost
+    after the last kill; once through bronze, silver and gold one after the other, uninterrupted.
+    Every table is equal, late events and quarantine included, and silver matches the oracle."""
     report = helpers.produce(lake, 300, 74, events_per_second=1.0, **TWISTS)
     seed_dimensions(spark, lake)
     reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     seed_dimensions(spark, reference)
     # 5 batches of 200 records: bronze writes 4 files a batch, which silver takes as one batch,
     # whose events MERGE writes one file, which gold takes as one batch
-    run_pipeline(
-        spark, lake.updated({"pipeline.max_offsets_per_trigger": 200}), once=True, progress=False
+    env = subprocess_env(
+        lake, JAVA_TOOL_OPTIONS="", LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="200"
     )
+    job, log = "pipelines.jobs.pipeline_job", tmp_path / "pipeline.log"
+    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
+    raw = bronze_tables(lake, lake.streams["orders"]).raw
+    # a run is killed from bronze's first commit (a batch's first write) to 5 s after it
+    killed = helpers.kill_at_random_instants(job, env, log, raw, rng, batches=(1, 1), jitter_s=5.0)
+    assert killed == 3, (
+        f"the pipeline finished before it could be killed: {log.read_text()[-2000:]}"
+    )
+    checkpoint = Pipeline(lake, "orders").checkpoint
+    shutil.rmtree(checkpoint)
+    final = helpers.start_job(job, env, log, "--once")
+    assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
+
     run_bronze(
         spark, reference.updated({"bronze.max_offsets_per_trigger": 200}), once=True, progress=False
     )
@@ -53,16 +70,8 @@ def test_the_pipeline_writes_every_table_as_the_three_layer_jobs_do_and_survives
         spark, reference.updated({"silver.max_files_per_trigger": 4}), once=True, progress=False
     )
     run_gold(spark, reference.updated({"gold.max_files_per_trigger": 1}), once=True, progress=False)
-
     mine = every_table(spark, lake)
     assert mine == every_table(spark, reference)
     assert len(mine["bronze"]) == len(report.delivered)
     assert_silver_matches(spark, lake, oracle(report))
     assert any("more than 10 minutes behind" in r[-1] for r in mine["/gold/late_events"])
-    progress = spark.read.format("delta").load(lake.table_path("system/query_progress"))
-    pipeline_rows = progress.where(F.col("query_name") == "pipeline_orders")
-    assert pipeline_rows.agg(F.sum("input_rows")).first()[0] == len(report.delivered)
-
-    shutil.rmtree(Pipeline(lake, "orders").checkpoint)
-    run_pipeline(spark, lake, once=True, progress=False)
-    assert every_table(spark, lake) == mine

@@ -1,0 +1,214 @@
+"""Benchmark: the pipeline job as users run it: drain rate, freshness at a steady rate, CPU cost.
+
+Usage:
+    .venv/bin/python -m bench.pipeline_job [--preload 2500000] [--rate 3000] [--minutes 5]
+
+1. Drain: a backlog of `--preload` records (the reference stream, every twist) goes through
+   `lakehouse run pipeline --once` in its own process: records/s from Kafka to gold, JVM start
+   included. It leaves silver/orders holding about `--preload / 2.4` orders.
+2. Steady: `lakehouse run pipeline` (continuous, the configuration's trigger) runs in its own
+   process while a paced producer sends `--rate` records/s for `--minutes`; then it is stopped
+   with SIGTERM once it has caught up.
+3. Freshness of every on-time `created` and `paid` event, from the Kafka timestamp of its first
+   delivery to the commit of the gold table whose window row counts it, exactly through the
+   tables' logs: the bronze file holding the record -> the pipeline batch that committed that
+   file (its Delta transaction id) -> that batch's commit to the gold table. p50/p90/p99/max
+   overall and per minute of sending.
+4. CPU: the job's processes' CPU time (Python driver and JVM; not the broker nor the producer)
+   over the steady run, in core-seconds per million records.
+Figures go to bench/RESULTS.md and bench/results/pipeline_job-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from bench.backlog import RESULTS, fresh, generate, record
+from bench.pipeline_freshness import COUNTRIES, REVENUE, delta_commits, percentiles
+from pipelines.config import LakehouseConf, load_config
+from pipelines.kafka import topic_watermarks
+from pipelines.layers.bronze import bronze_tables
+from pipelines.layers.gold import gold_tables, seed_dimensions
+from pipelines.layers.silver import silver_tables
+from pipelines.local import broker
+from pipelines.reference.orders_stream import StreamPlan, with_every_twist
+from pipelines.reference.producer import produce_plan
+from pipelines.streaming.spark import build_spark
+from silver.order_events import parse_events
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def job_env(conf: LakehouseConf, env: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "LAKEHOUSE_ENV": env,
+        "LAKEHOUSE__STORAGE__ROOT": conf.storage.root,
+        "LAKEHOUSE__STREAMS__ORDERS__TOPIC": conf.stream("orders").topic,
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and all its descendants, now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        todo += [int(c) for c in children]
+    return total
+
+
+def produced(conf: LakehouseConf) -> int:
+    return sum(w.high for w in topic_watermarks(conf, conf.stream("orders").topic))
+
+
+def bronze_offsets(spark, conf: LakehouseConf) -> int:
+    """Records bronze holds (= the offsets it read, one topic)."""
+    return spark.read.format("delta").load(bronze_tables(conf, conf.stream("orders")).raw).count()
+
+
+def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
+    stream = conf.stream("orders")
+    raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
+    batch_of_file = spark.createDataFrame(
+        [
+            (name, batch)
+            for c in delta_commits(raw)
+            for app_id, batch in c["txn"]
+            if app_id.startswith(f"{stream.bronze_table}:")
+            for name in c["files"]
+        ],
+        "file string, batch bigint",
+    )
+    commits = spark.createDataFrame(
+        [
+            (name, batch, c["ms"])
+            for name in (REVENUE, COUNTRIES)
+            for c in delta_commits(gold.aggregates[name])
+            for app_id, batch in c["txn"]
+            if app_id.startswith(f"{name}:")
+        ],
+        "table string, batch bigint, gold_ms bigint",
+    )
+    rows = spark.read.format("delta").load(raw)
+    batches = (
+        rows.select("partition", "offset", F.col("_metadata.file_name").alias("file"))
+        .join(batch_of_file, "file")
+        .drop("file")
+    )
+    first = (
+        parse_events(rows)
+        .where(F.col("reason").isNull() & F.col("event_type").isin("created", "paid"))
+        .join(batches, ["partition", "offset"])
+        .groupBy("event_id", "event_type")
+        .agg(F.min(F.struct("batch", F.unix_millis("kafka_timestamp").alias("ms"))).alias("f"))
+        .select("event_id", "event_type", "f.batch", F.col("f.ms").alias("kafka_ms"))
+    )
+    late = spark.read.format("delta").load(gold.late).select("event_id")
+    windowed = (
+        first.join(late, "event_id", "left_anti")
+        .where(F.col("kafka_ms") >= started_ms)  # the steady run's events, not the preload's
+        .withColumn("table", F.when(F.col("event_type") == "paid", REVENUE).otherwise(COUNTRIES))
+        .join(commits, ["table", "batch"])
+        .withColumn("freshness_s", (F.col("gold_ms") - F.col("kafka_ms")) / 1000)
+        .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
+    ).cache()
+    per_minute = {
+        int(m): {"n": n, "p50": p50, "p99": p99}
+        for m, n, (p50, p99) in windowed.groupBy("minute")
+        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
+        .orderBy("minute")
+        .collect()
+    }
+    result = {"freshness_s": percentiles(windowed, "freshness_s"), "per_minute": per_minute}
+    windowed.unpersist()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preload", type=int, default=2_500_000, help="backlog records drained")
+    parser.add_argument("--rate", type=float, default=3000.0, help="records/s while steady")
+    parser.add_argument("--minutes", type=float, default=5.0, help="how long the rate is sent")
+    parser.add_argument("--env", default="local")
+    args = parser.parse_args()
+
+    conf = load_config(args.env).updated({"spark.driver_memory": "3g"})
+    broker.start(conf)
+    conf = fresh(conf, "pipeline")
+    env, lakehouse = job_env(conf, args.env), str(Path(sys.executable).parent / "lakehouse")
+    spark = build_spark(conf, app_name="bench-pipeline-job")
+    seed_dimensions(spark, conf)
+
+    print(f"generating {args.preload:,} records ...", flush=True)
+    backlog = generate(args.preload)[: args.preload]
+    topic = conf.stream("orders").topic
+    produce_plan(conf, StreamPlan(with_every_twist(), backlog), topic, track=False)
+    del backlog
+    started = time.monotonic()
+    subprocess.run([lakehouse, "run", "pipeline", "--once"], env=env, cwd=REPO, check=True)
+    drain_s = time.monotonic() - started
+    orders = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).state)
+    drained = {"records": args.preload, "seconds": drain_s, "orders": orders.count()}
+    print(f"drain: {args.preload:,} records in {drain_s:.1f}s = {args.preload / drain_s:,.0f}/s")
+
+    total = int(args.rate * args.minutes * 60)
+    steady = generate(total, first_chunk=100)[:total]
+    job = subprocess.Popen([lakehouse, "run", "pipeline"], env=env, cwd=REPO)
+    time.sleep(20)  # the JVM starts and the first (empty) batch runs before the clock starts
+    cpu_before, started_ms = cpu_seconds(job.pid), int(time.time() * 1000)
+    produce_plan(conf, StreamPlan(with_every_twist(), steady), topic, track=False, rate=args.rate)
+    sent_s = time.time() - started_ms / 1000
+    target = produced(conf)
+    while bronze_offsets(spark, conf) < target:
+        time.sleep(1)
+    time.sleep(15)  # the batch bronze committed last goes on to silver and gold
+    cpu = cpu_seconds(job.pid) - cpu_before
+    job.send_signal(signal.SIGTERM)
+    job.wait(timeout=300)
+
+    result = analyse(spark, conf, started_ms)
+    f = result["freshness_s"]
+    per_m = result["per_minute"]
+    figures = [
+        f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
+        f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
+        f"included); silver/orders then holds {drained['orders']:,} orders",
+        f"steady: {args.rate:,.0f} records/s for {sent_s:.0f} s ({total:,} records), "
+        f"`lakehouse run pipeline` (trigger {conf.pipeline.trigger_interval})",
+        f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
+        f"events: **p50 {f['p50']:.1f} s, p99 {f['p99']:.1f} s**, p90 {f['p90']:.1f} s, "
+        f"max {f['max']:.1f} s",
+        "per minute (p50/p99): "
+        + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}" for m, v in per_m.items()),
+        f"CPU of the job's processes: {cpu:,.0f} core-s = **{cpu / (total / 1e6):,.1f} "
+        "core-s per million records**",
+    ]
+    print("\n".join(figures))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"pipeline_job-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    payload = {"drain": drained, "rate": args.rate, "records": total, "cpu_s": cpu, **result}
+    out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    command = f"python -m bench.pipeline_job --rate {args.rate:g} --minutes {args.minutes:g}"
+    print(f"results: {out} and {record(f'Pipeline job at {args.rate:,.0f}/s', command, figures)}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
