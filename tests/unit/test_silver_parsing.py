@@ -7,9 +7,16 @@ from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 
 from silver.events import dedupe_events, key_condition, refused_reason
-from silver.order_events import EVENT_COLUMNS, INEXACT_PRICE, KEY
+from silver.order_events import (
+    EVENT_COLUMNS,
+    INEXACT_PRICE,
+    KEY,
+    parse_events_checked,
+    plain_fields,
+)
 from silver.order_events import parse_events as parse_order_events
 from silver.orders import current_state as latest_versions
 
@@ -258,3 +265,57 @@ def test_a_huge_key_is_kept_out_of_the_merge_condition_which_still_matches_it(sp
     assert len(str(condition)) < 300
     keys = spark.createDataFrame([("a" + huge,), ("b" + huge,), ("a",)], "id string")
     assert keys.alias("t").join(keys.alias("s"), condition).count() == 2  # "a" is out of range
+
+
+TRICKY = [
+    VALID,
+    VALID[:-1] + ', "channel": "web"}',
+    VALID[:-1] + ', "a, seq: BIGINT": 1}',
+    '{"event_id": "e-1", "event_id": "e-2"}',
+    VALID.replace('"seq": 1', '"seq": 1, "seq": 2'),
+    *(with_field("seq", t) for t in ("1", "-1", "0", "1.0", "1e0", '"1"', "null", "[1]")),
+    *(with_field("quantity", t) for t in ("127", "32768", "2147483648", "9223372036854775807")),
+    *(
+        with_field("unit_price", t)
+        for t in ("0", "0.0", "-0.00", "12", "12.3", "12.30", "12.301", "1e1", '"1"', "99999999999")
+    ),
+    *(with_field("event_id", t) for t in ('""', '" "', '"\\u00e9"', "{}", "false")),
+    *(
+        with_field("event_time", f'"{t}"')
+        for t in (
+            "2026-11-22T10:15:03Z",
+            "2026-11-22T10:15:03.1Z",
+            "2026-11-22T10:15:03.12Z",
+            "2026-11-22T10:15:03.1234Z",
+            "2026-11-22T10:15:03.123456789+05:30",
+            "2026-11-22T10:15:03.1234567890Z",
+            "2026-11-22T24:00:00Z",
+            "2026-11-22T10:15:60Z",
+            "2026-11-22T10:15:03-00:00",
+            "2026-11-22T10:15:03+18:00",
+            "2026-11-22T10:15:03+19:00",
+            "2026-11-22T10:15:03z",
+            "2026-11-22T10:15:03+0100",
+            "2026-02-29T10:15:03Z",
+            "2028-02-29T10:15:03Z",
+            "9999-12-31T23:59:59-01:00",
+            "1000-01-01T00:00:00Z",
+            "0999-12-31T23:59:59Z",
+        )
+    ),
+]
+
+
+def test_the_common_case_shortcut_gives_what_the_field_by_field_checks_give(spark):
+    """Records of the common shape take a one-cast shortcut; on every tricky record, valid or
+    not, parse_events must give exactly the rows of the field-by-field checks."""
+    raw = spark.createDataFrame(
+        [("orders", 0, i, T0, b"k", v.encode()) for i, v in enumerate(TRICKY)], RAW_SCHEMA
+    )
+    fast, checked = parse_order_events(raw), parse_events_checked(raw)
+    assert_df_equality(fast, checked, ignore_row_order=True, ignore_nullable=True)
+    assert fast.where("reason IS NULL").count() == 27
+    # the shortcut really ran: on all valid ones but those with more fields (2) or an event
+    # time in another form that the checks accept (4 fraction digits, a lowercase z)
+    _, plain = plain_fields(F.col("value"), F.try_parse_json(F.col("value").cast("string")))
+    assert raw.where(plain).count() == 23
