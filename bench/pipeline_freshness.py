@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bench.backlog import fresh, generate
@@ -71,6 +71,21 @@ def first_covering_batch(ends: dict[int, tuple[int, int]], version: int) -> int 
     return next((batch for batch, end in sorted(ends.items()) if (version, 0) <= end), None)
 
 
+def gold_commits(spark: SparkSession, gold) -> DataFrame:
+    """(table, batch, gold_ms) of each windowed gold table's commits: the sink tags each with
+    txn (`<table>:<query id>`, batch id)."""
+    return spark.createDataFrame(
+        [
+            (name, batch, c["ms"])
+            for name in (REVENUE, COUNTRIES)
+            for c in delta_commits(gold.aggregates[name])
+            for app_id, batch in c["txn"]
+            if app_id.startswith(f"{name}:")
+        ],
+        "table string, batch bigint, gold_ms bigint",
+    )
+
+
 def percentiles(df, column: str) -> dict[str, float]:
     n, quantiles, top = df.agg(
         F.count(column), F.percentile(column, [0.5, 0.9, 0.99]), F.max(column)
@@ -106,17 +121,7 @@ def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress:
         ],
         "file string, silver_ms bigint, gold_batch bigint",
     )
-    # the sink tags each gold table's commit with txn (`<table>:<query id>`, batch id)
-    commits = spark.createDataFrame(
-        [
-            (name, batch, c["ms"])
-            for name in (REVENUE, COUNTRIES)
-            for c in delta_commits(gold.aggregates[name])
-            for app_id, batch in c["txn"]
-            if app_id.startswith(f"{name}:")
-        ],
-        "table string, gold_batch bigint, gold_ms bigint",
-    )
+    commits = gold_commits(spark, gold).withColumnRenamed("batch", "gold_batch")
     sent = (
         delta.load(bronze_tables(conf, conf.stream("orders")).raw)
         .transform(parse_events)

@@ -34,7 +34,13 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from bench.backlog import RESULTS, fresh, generate, record
-from bench.pipeline_freshness import COUNTRIES, REVENUE, delta_commits, percentiles
+from bench.pipeline_freshness import (
+    COUNTRIES,
+    REVENUE,
+    delta_commits,
+    gold_commits,
+    percentiles,
+)
 from pipelines.config import LakehouseConf, load_config
 from pipelines.kafka import topic_watermarks
 from pipelines.layers.bronze import bronze_tables
@@ -96,16 +102,7 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
         ],
         "file string, batch bigint",
     )
-    commits = spark.createDataFrame(
-        [
-            (name, batch, c["ms"])
-            for name in (REVENUE, COUNTRIES)
-            for c in delta_commits(gold.aggregates[name])
-            for app_id, batch in c["txn"]
-            if app_id.startswith(f"{name}:")
-        ],
-        "table string, batch bigint, gold_ms bigint",
-    )
+    commits = gold_commits(spark, gold)
     rows = spark.read.format("delta").load(raw)
     batches = (
         rows.select("partition", "offset", F.col("_metadata.file_name").alias("file"))
