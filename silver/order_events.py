@@ -184,17 +184,22 @@ PLAIN_TIME = (
 )
 
 
-def plain_fields(value: Column, v: Column) -> tuple[dict[str, Column], Column]:
-    """The typed fields of a raw `value` (parsed: `v`) of the common shape, and whether it is
-    one and valid (false, never null, when it is not)."""
-    s = F.when(F.schema_of_variant(v).rlike(SIGNATURE), F.try_variant_get(v, "$", _AS_STRUCT))
-    f = {n: s.getField(n) for n in REQUIRED_FIELDS}
+def plain_shape(v: Column) -> Column:
+    """The parsed JSON `v` as one struct of the required fields when it has the common shape,
+    else null."""
+    return F.when(F.schema_of_variant(v).rlike(SIGNATURE), F.try_variant_get(v, "$", _AS_STRUCT))
+
+
+def plain_fields(value: Column, shape: Column) -> tuple[dict[str, Column], Column]:
+    """The typed fields of a raw `value` of the common shape (`shape`: its `plain_shape`), and
+    whether it is one and valid (false, never null, when it is not)."""
+    f = {n: shape.getField(n) for n in REQUIRED_FIELDS}
     price = f["unit_price"].try_cast(DecimalType(38, 10))
     time = F.when(f["event_time"].rlike(PLAIN_TIME), F.try_to_timestamp(f["event_time"]))
     fields = {n: f[n] for n in (*STRING_FIELDS, *INTEGER_FIELDS)}
     fields["unit_price"] = price.try_cast(MONEY)
     fields["event_time"] = F.when(F.year(time).between(*YEARS), time)
-    valid = [F.is_valid_utf8(value.cast("string")), s.isNotNull()]
+    valid = [F.is_valid_utf8(value.cast("string")), shape.isNotNull()]
     valid += [c.isNotNull() for c in fields.values()] + [f[n] != "" for n in ID_FIELDS]
     valid += [f["seq"] >= 1, f["quantity"] >= 1, price >= 0, price == F.round(price, 2)]
     valid += [f["event_type"].isin(*EVENT_TYPES), f["currency"].isin(*CURRENCIES)]
@@ -205,11 +210,14 @@ def parse_events(raw: DataFrame) -> DataFrame:
     """Bronze rows with the event's typed fields and `reason` (null when the record is valid)."""
     # The JSON is parsed once into its own column, which the checks read: alone, the reason
     # expression parsed it again per check (25 s instead of 7 s for 300,000 records).
+    # Each step is its own projection, which Spark keeps apart because the next one reads its
+    # columns many times: inlined, the shape was computed once per field (5 times slower).
     with_json = raw.withColumn("_json", F.try_parse_json(F.col("value").cast("string")))
-    plain, is_plain = plain_fields(F.col("value"), F.col("_json"))
-    checked = with_json.withColumn("_plain", is_plain)
+    shaped = with_json.withColumn("_shape", plain_shape(F.col("_json")))
+    plain, is_plain = plain_fields(F.col("value"), F.col("_shape"))
+    checked = shaped.withColumns({"_plain": is_plain} | {f"_p_{n}": c for n, c in plain.items()})
     typed = {
-        name: F.when(F.col("_plain"), plain[name]).otherwise(column)
+        name: F.when(F.col("_plain"), F.col(f"_p_{name}")).otherwise(column)
         for name, column in typed_fields(F.col("_json")).items()
     }
     return checked.select(

@@ -130,6 +130,15 @@ def _file_stats_range(files: pa.Table, column: str) -> tuple | None:
     return min([0, *lows]), max([0, *highs])
 
 
+def fitted_at(modules) -> set[int]:
+    """Where the fit of each table is in `_surely_fit`'s row: one, then two per value column."""
+    at, positions = 0, set()
+    for module in modules:
+        positions.add(at)
+        at += 1 + 2 * len(module.VALUE_COLUMNS)
+    return positions
+
+
 class UpsertGold(IdempotentSink):
     """foreachBatch sink of the gold job; see the module docstring."""
 
@@ -143,6 +152,17 @@ class UpsertGold(IdempotentSink):
         self.late_columns = column_names(tables.declarations[self.late_name].schema)
         self.lateness_s = conf.gold.allowed_lateness_minutes * 60
         self.key = importlib.import_module(stream.module(stream.events_table)).KEY
+        # What this sink knows of its tables after its last batch, for the next batch only (a
+        # retried or replayed batch reads the tables): the newest event time, and each value
+        # column's range over each gold table (a bound: widened by every batch's additions).
+        self._known: tuple | None = None  # ((query id, next batch id), newest, ranges)
+
+    def _knows(self, batch_id: int) -> tuple:
+        """(newest, ranges) known for this batch, else (None, None); forgotten either way."""
+        known, self._known = self._known, None
+        if known is None or known[0] != (self.query_id(), batch_id):
+            return None, None
+        return known[1], known[2]
 
     def newest_before(self, spark: SparkSession, batch_id: int) -> datetime | None:
         """Newest event time processed by earlier batches (a replay sees the same value)."""
@@ -154,9 +174,13 @@ class UpsertGold(IdempotentSink):
 
     def write_batch(self, events: DataFrame, batch_id: int) -> None:
         spark, tables = events.sparkSession, self.tables
-        newest = self.newest_before(spark, batch_id)
-        stats = events.agg(F.max("event_time"), F.min("event_time")).first()
+        known_newest, ranges = self._knows(batch_id)
+        with self.step("gold.newest_before"):
+            newest = known_newest or self.newest_before(spark, batch_id)
+        with self.step("gold.stats"):
+            stats = events.agg(F.max("event_time"), F.min("event_time")).first()
         if stats[0] is None:
+            self._known = ((self.query_id(), batch_id + 1), known_newest, ranges)
             return
         late = late_events(events, newest, self.lateness_s, self.late_columns)
         on_time = on_time_events(events, newest, self.lateness_s)
@@ -168,7 +192,8 @@ class UpsertGold(IdempotentSink):
             name: (first_minute - timedelta(seconds=module.WINDOW_SECONDS), stats[0])
             for name, module in self.modules.items()
         }
-        partials, too_big = self._fitting(spark, on_time, batch_id, bounds)
+        with self.step("gold.fitting"):
+            partials, too_big, ranges = self._fitting(spark, on_time, batch_id, bounds, ranges)
         too_big = kept_out(too_big, newest, self.late_columns, F.col("_reason"))
         self.append(late.unionByName(too_big), self.late_name, tables.late, batch_id)
         if self.conf.gold.check_quality_per_batch:
@@ -178,18 +203,22 @@ class UpsertGold(IdempotentSink):
             frames = {name: (df, None) for name, df in partials.items()}
             check_frames(spark, self.conf, frames, scope=f"batch {batch_id}")
         for name, module in self.modules.items():
-            self._add(spark, partials[name], name, module, batch_id, *bounds[name])
+            self._add(partials[name], name, module, batch_id, *bounds[name])
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
         high_water = spark.createDataFrame(
             [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
         )
         self.append(high_water, f"{self.late_name}_high_water", tables.high_water, batch_id)
+        self._known = ((self.query_id(), batch_id + 1), newest_after, ranges)
 
-    def _fitting(self, spark, on_time: DataFrame, batch_id: int, bounds: dict) -> tuple:
-        """The partial aggregates of the on-time events, and the events kept out of them (with
-        a `_reason`): those falling in a window row (by time and group) whose values, added to
-        the table's, would not fit their columns; they are kept out of every table. Decided
-        once per batch; a replay reads the decision back."""
+    def _fitting(
+        self, spark, on_time: DataFrame, batch_id: int, bounds: dict, ranges: dict | None
+    ) -> tuple:
+        """The partial aggregates of the on-time events, the events kept out of them (with a
+        `_reason`): those falling in a window row (by time and group) whose values, added to the
+        table's, would not fit their columns; they are kept out of every table. Decided once per
+        batch; a replay reads the decision back. Third: the value ranges of the tables once the
+        partials are added (`ranges`: before), if the cheap proof gave them, else None."""
         out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
         replay = self.committed(self.late_name, self.tables.late, batch_id)
         if replay:
@@ -199,8 +228,10 @@ class UpsertGold(IdempotentSink):
         while True:
             fitting = on_time.join(out, self.key, "left_anti")
             partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
-            if replay or self._surely_fit(partials):
-                return partials, out
+            with self.step("gold.surely_fit"):
+                after = None if replay else self._surely_fit(partials, ranges)
+            if replay or after is not None:
+                return partials, out, after
             more = [
                 fitting.alias("e")
                 .join(self._unfit(spark, name, partials[name], *bounds[name]).alias("g"), cond)
@@ -212,7 +243,7 @@ class UpsertGold(IdempotentSink):
             ]
             more = reduce(DataFrame.unionByName, more).dropDuplicates([self.key])
             if more.isEmpty():
-                return partials, out
+                return partials, out, None
             out = self.cache(out.unionByName(more))
 
     def _in_window(self) -> dict[str, F.Column]:
@@ -231,29 +262,51 @@ class UpsertGold(IdempotentSink):
         schema = StructType.fromDDL(self.tables.declarations[name].schema)
         return {f.name: f.dataType for f in schema.fields}
 
-    def _surely_fit(self, partials: dict[str, DataFrame]) -> bool:
+    def _surely_fit(self, partials: dict[str, DataFrame], ranges: dict | None = None):
         """A cheap proof that every window row fits (else `_fitting` checks them one by one): no
         partial value is null, and each value column's range in the batch plus its range in the
-        whole table (from the files' statistics, and 0 for a new row) fits its type."""
-        checks = []
+        whole table (`ranges`, else the files' statistics; 0 for a new row) fits its type.
+        Returns the tables' ranges once the partials are added (a bound), or None: no proof."""
+        ranges = ranges or self._table_ranges()
+        if ranges is None:
+            return None
+        checks, seen = [], []  # per table: one job's row of (fits, min, max of each value)
         for name, module in self.modules.items():
-            types, fits = self._types(name), []
-            try:  # the files' statistics, by delta-rs; if it cannot read them, the exact check
-                files = DeltaLake(self.tables.aggregates[name]).get_add_actions(flatten=True)
-            except Exception:  # noqa: BLE001 (a table feature or storage delta-rs lacks)
-                return False
-            files = pa.table(files)
+            types, fits, values = self._types(name), [], []
             for v in module.VALUE_COLUMNS:
-                in_table = _file_stats_range(files, v)
-                if in_table is None:
-                    return False
                 fits.append(F.count(v) == F.count("*"))
                 fits += [
                     F.try_add(F.coalesce(agg(v), F.lit(0)), F.lit(t)).try_cast(types[v]).isNotNull()
-                    for agg, t in zip((F.min, F.max), in_table, strict=True)
+                    for agg, t in zip((F.min, F.max), ranges[name][v], strict=True)
                 ]
-            checks.append(partials[name].agg(reduce(operator.and_, fits)))
-        return all(reduce(DataFrame.crossJoin, checks).first())
+                values += [F.min(v), F.max(v)]
+                seen.append((name, v))
+            checks.append(partials[name].agg(reduce(operator.and_, fits), *values))
+        row = reduce(DataFrame.crossJoin, checks).first()
+        if not all(row[i] for i in fitted_at(self.modules.values())):
+            return None
+        lows_highs = [x for i, x in enumerate(row) if i not in fitted_at(self.modules.values())]
+        after = {name: dict(r) for name, r in ranges.items()}
+        for k, (name, v) in enumerate(seen):
+            lo, hi = lows_highs[2 * k], lows_highs[2 * k + 1]
+            t_lo, t_hi = after[name][v]
+            after[name][v] = (t_lo + min(0, lo or 0), t_hi + max(0, hi or 0))
+        return after
+
+    def _table_ranges(self) -> dict | None:
+        """Each value column's (min, max) over each gold table, widened to 0, from its files'
+        statistics; None if one is missing."""
+        ranges = {}
+        for name, module in self.modules.items():
+            try:  # the files' statistics, by delta-rs; if it cannot read them, the exact check
+                files = DeltaLake(self.tables.aggregates[name]).get_add_actions(flatten=True)
+            except Exception:  # noqa: BLE001 (a table feature or storage delta-rs lacks)
+                return None
+            files = pa.table(files)
+            ranges[name] = {v: _file_stats_range(files, v) for v in module.VALUE_COLUMNS}
+            if None in ranges[name].values():
+                return None
+        return ranges
 
     def _unfit(self, spark, name: str, partial: DataFrame, lo, hi) -> DataFrame:
         """Window rows of `partial` that do not fit: a value null (too big within the batch), or
@@ -270,14 +323,14 @@ class UpsertGold(IdempotentSink):
         ]
         return both.where(~reduce(operator.and_, fits)).select(*keys)
 
-    def _add(self, spark, partial, name: str, module, batch_id: int, lo, hi) -> None:
+    def _add(self, partial, name: str, module, batch_id: int, lo, hi) -> None:
         """MERGE a batch's partial aggregates into their table, adding to existing window rows."""
         values = {v: F.col(f"t.{v}") + F.col(f"s.{v}") for v in module.VALUE_COLUMNS}
         self.transaction(
             name,
             batch_id,
             lambda: (
-                DeltaTable.forPath(spark, self.tables.aggregates[name])
+                DeltaTable.forPath(self.spark, self.tables.aggregates[name])
                 .alias("t")
                 .merge(partial.alias("s"), _add_condition(module.KEY_COLUMNS, lo, hi))
                 .whenMatchedUpdate(set=values)

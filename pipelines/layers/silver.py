@@ -111,11 +111,11 @@ class UpsertSilver(IdempotentSink):
         self.merged_events = False  # whether the last batch MERGEd events
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        spark = batch.sparkSession
         events_name, state_name, quarantine_name = self.tables.names
         key = self.events.KEY
-        parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
-        keys = batch_keys(parsed, key, self.partition, self.state and self.state.KEY).first()
+        with self.step("silver.parse"):
+            parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
+            keys = batch_keys(parsed, key, self.partition, self.state and self.state.KEY).first()
         self.merged_events = bool(keys["valid_records"])
         if keys["invalid_records"]:
             quarantine = quarantined_records(parsed)
@@ -130,7 +130,7 @@ class UpsertSilver(IdempotentSink):
             events_name,
             batch_id,
             lambda: (
-                DeltaTable.forPath(spark, self.tables.events)
+                DeltaTable.forPath(self.spark, self.tables.events)
                 .alias("t")
                 .merge(events.alias("s"), condition)
                 .whenNotMatchedInsertAll()
@@ -145,7 +145,7 @@ class UpsertSilver(IdempotentSink):
             state_name,
             batch_id,
             lambda: (
-                DeltaTable.forPath(spark, self.tables.state)
+                DeltaTable.forPath(self.spark, self.tables.state)
                 .alias("t")
                 .merge(current.alias("s"), bounds)
                 .whenMatchedUpdateAll(condition=self.state.is_newer("t", "s"))
@@ -160,7 +160,8 @@ class UpsertSilver(IdempotentSink):
         None if the batch merged no event."""
         if not self.merged_events:
             return None
-        version = batch_commit(self.spark, self.tables.events, self.query_id(), batch_id)
+        with self.step("silver.find_commit"):
+            version = batch_commit(self.spark, self.tables.events, self.query_id(), batch_id)
         if version is None:
             return None
         return (

@@ -10,15 +10,20 @@ cached frames of a batch, unpersisted whatever happens. A layer writes only `wri
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import committed_txn, idempotent_txn, retry_on_conflict
+
+log = logging.getLogger("lakehouse.batch")
 
 # Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
 STOPPING = threading.Event()
@@ -50,6 +55,16 @@ class IdempotentSink:
         self._cached: list[DataFrame] = []
         self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
         self.ready: Future | None = None  # tables still being created: batches wait for them
+        self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time a step of the batch (added to `steps[name]`)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + time.perf_counter() - started
 
     def wait_until_ready(self) -> None:
         """Wait until the tables being created exist (raising what failed to create them)."""
@@ -61,6 +76,8 @@ class IdempotentSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.spark = batch.sparkSession
+        self.steps.clear()
+        started = time.perf_counter()
         try:
             if STOPPING.is_set():
                 raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
@@ -72,6 +89,9 @@ class IdempotentSink:
         finally:
             while self._cached:
                 self._cached.pop().unpersist()
+            if self.steps and log.isEnabledFor(logging.INFO):
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in self.steps.items())
+                log.info("batch %d: %.2f s (%s)", batch_id, time.perf_counter() - started, parts)
 
     def cache(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the end of this batch (read more than once)."""
@@ -103,7 +123,8 @@ class IdempotentSink:
         record = json.dumps(checkpoints.batch_record(self.checkpoint, batch_id))
         tagged = idempotent_txn(self.spark, self.app_id(table), batch_id, record)(write)
         try:
-            retry_on_conflict(tagged, what=table)
+            with self.step(table):
+                retry_on_conflict(tagged, what=table)
         except LakehouseError:
             raise
         except Exception as e:

@@ -142,7 +142,7 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
     huge = 6 * 10**18  # two of them exceed a long
 
     def fit(units, order_value="1.00"):
-        return sink._surely_fit(
+        return None is not sink._surely_fit(
             {
                 "gold/revenue_by_category_1m": spark.createDataFrame(
                     [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in units],
@@ -156,6 +156,28 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
         )
 
     assert [fit([]), fit([huge]), fit([1, huge]), fit([1], None)] == [True, True, True, False]
+    # what it proves of the table once the batch is added: each value column's range, a bound
+    units = sink._surely_fit(
+        {
+            "gold/revenue_by_category_1m": spark.createDataFrame(
+                [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in (-3, 7)],
+                revenue.SCHEMA,
+            ),
+            "gold/orders_by_country_5m": spark.createDataFrame(
+                [(at, at, "FR", 1, Decimal("2.50"))], countries.SCHEMA
+            ),
+        },
+        {
+            "gold/revenue_by_category_1m": {
+                "paid_orders": (0, 4),
+                "units": (-1, 10),
+                "revenue": (0, 5),
+            },
+            "gold/orders_by_country_5m": {"created_orders": (0, 0), "order_value": (0, 0)},
+        },
+    )
+    assert units["gold/revenue_by_category_1m"]["units"] == (-4, 17)
+    assert units["gold/orders_by_country_5m"]["order_value"] == (0, Decimal("2.50"))
     table_row = [(at, at, "kitchen", "EUR", 1, huge, Decimal("1.00"))]
     revenue_path = tables.aggregates["gold/revenue_by_category_1m"]
     spark.createDataFrame(table_row, revenue.SCHEMA).write.format("delta").mode("append").save(

@@ -16,6 +16,7 @@ from silver.order_events import (
     KEY,
     parse_events_checked,
     plain_fields,
+    plain_shape,
 )
 from silver.order_events import parse_events as parse_order_events
 from silver.orders import current_state as latest_versions
@@ -317,5 +318,6 @@ def test_the_common_case_shortcut_gives_what_the_field_by_field_checks_give(spar
     assert fast.where("reason IS NULL").count() == 27
     # the shortcut really ran: on all valid ones but those with more fields (2) or an event
     # time in another form that the checks accept (4 fraction digits, a lowercase z)
-    _, plain = plain_fields(F.col("value"), F.try_parse_json(F.col("value").cast("string")))
+    shape = plain_shape(F.try_parse_json(F.col("value").cast("string")))
+    _, plain = plain_fields(F.col("value"), shape)
     assert raw.where(plain).count() == 23
