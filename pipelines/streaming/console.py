@@ -42,8 +42,9 @@ class ConsoleProgress:
     callback from the JVM is involved (nothing to race with at shutdown, Spark Connect-safe).
     """
 
-    def __init__(self, name: str, *, quiet: bool = False) -> None:
+    def __init__(self, name: str, *, quiet: bool = False, steps: dict | None = None) -> None:
         self.name, self.quiet = name, quiet
+        self.steps = {} if steps is None else steps  # batch id -> seconds per step of the sink
         self.rows = self.batches = 0
         self.last_batch = -1
 
@@ -78,3 +79,8 @@ class ConsoleProgress:
             f"batch {p.batchId}: {p.numInputRows:,} rows in {duration:.1f}s "
             f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far{lag}"
         )
+        steps = self.steps.get(p.batchId)
+        if steps:
+            self.say(
+                "  where the time went: " + ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+            )

@@ -57,7 +57,7 @@ def run_query(
     the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
     (or the error `explain` makes of it). Returns the finished query.
     """
-    console = ConsoleProgress(name, quiet=not progress)
+    console = ConsoleProgress(name, quiet=not progress, steps=sink.timings)
     progress_table = ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
     def report(query: StreamingQuery) -> None:

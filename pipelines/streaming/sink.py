@@ -56,6 +56,7 @@ class IdempotentSink:
         self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
         self.ready: Future | None = None  # tables still being created: batches wait for them
         self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
+        self.timings: dict[int, dict[str, float]] = {}  # the steps of the last batches, by id
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -89,7 +90,10 @@ class IdempotentSink:
         finally:
             while self._cached:
                 self._cached.pop().unpersist()
-            if self.steps and log.isEnabledFor(logging.INFO):
+            if self.steps:  # where the batch's time went: on the console, and logged
+                self.timings[batch_id] = dict(self.steps)
+                for old in sorted(self.timings)[:-20]:
+                    del self.timings[old]
                 parts = ", ".join(f"{k} {v:.2f}" for k, v in self.steps.items())
                 log.info("batch %d: %.2f s (%s)", batch_id, time.perf_counter() - started, parts)
 

@@ -38,3 +38,26 @@ def test_lag_sums_offsets_behind_over_partitions():
     assert kafka_lag('{"t":{"0":100,"1":50}}', '{"t":{"0":90,"1":50}}') == 10
     assert kafka_lag(None, '{"t":{"0":1}}') is None
     assert kafka_lag("null", '{"sourceVersion":1,"reservoirVersion":3}') is None
+
+
+def test_the_console_says_where_a_batch_s_time_went(capsys):
+    from types import SimpleNamespace
+
+    from pipelines.streaming.console import ConsoleProgress
+
+    steps = {7: {"silver.parse": 1.234, "silver/order_events": 0.5}}
+    console = ConsoleProgress("pipeline", steps=steps)
+    batch = SimpleNamespace(
+        batchId=7,
+        numInputRows=3000,
+        sources=[],
+        durationMs={"triggerExecution": 2000, "addBatch": 1900},
+        processedRowsPerSecond=1500.0,
+    )
+    console._print(batch)
+    console._print(SimpleNamespace(**{**vars(batch), "batchId": 8}))  # no steps: one line
+    assert capsys.readouterr().err.splitlines() == [
+        "[pipeline] batch 7: 3,000 rows in 2.0s (1,500 rows/s), 3,000 rows so far",
+        "[pipeline]   where the time went: silver.parse 1.2s, silver/order_events 0.5s",
+        "[pipeline] batch 8: 3,000 rows in 2.0s (1,500 rows/s), 6,000 rows so far",
+    ]
