@@ -96,6 +96,17 @@ def percentiles(df, column: str) -> dict[str, float]:
     return {"n": n, "p50": p50, "p90": p90, "p99": p99, "max": float(top)}
 
 
+def minute_by_minute(windowed) -> dict[int, dict]:
+    """Count, p50 and p99 of `freshness_s` per `minute` of sending."""
+    return {
+        int(minute): {"n": n, "p50": p50, "p99": p99}
+        for minute, n, (p50, p99) in windowed.groupBy("minute")
+        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
+        .orderBy("minute")
+        .collect()
+    }
+
+
 def measure_bronze_max(spark: SparkSession, conf: LakehouseConf, records: list) -> float:
     """Bronze's rate (rows/s) draining `records` from a new topic with `--once`."""
     conf = fresh(conf, "max")
@@ -150,13 +161,7 @@ def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress:
         .withColumn("to_silver_s", (F.col("silver_ms") - F.col("kafka_ms")) / 1000)
         .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
     ).cache()
-    per_minute = {
-        int(minute): {"n": n, "p50": p50, "p99": p99}
-        for minute, n, (p50, p99) in windowed.groupBy("minute")
-        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
-        .orderBy("minute")
-        .collect()
-    }
+    per_minute = minute_by_minute(windowed)
     result = {
         "freshness_s": percentiles(windowed, "freshness_s"),
         "kafka_to_silver_s": percentiles(windowed, "to_silver_s"),

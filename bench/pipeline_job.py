@@ -39,6 +39,7 @@ from bench.pipeline_freshness import (
     REVENUE,
     delta_commits,
     gold_commits,
+    minute_by_minute,
     percentiles,
 )
 from pipelines.config import LakehouseConf, load_config
@@ -126,14 +127,10 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
         .withColumn("freshness_s", (F.col("gold_ms") - F.col("kafka_ms")) / 1000)
         .withColumn("minute", F.floor((F.col("kafka_ms") - started_ms) / 60000))
     ).cache()
-    per_minute = {
-        int(m): {"n": n, "p50": p50, "p99": p99}
-        for m, n, (p50, p99) in windowed.groupBy("minute")
-        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
-        .orderBy("minute")
-        .collect()
+    result = {
+        "freshness_s": percentiles(windowed, "freshness_s"),
+        "per_minute": minute_by_minute(windowed),
     }
-    result = {"freshness_s": percentiles(windowed, "freshness_s"), "per_minute": per_minute}
     windowed.unpersist()
     return result
 
@@ -165,15 +162,14 @@ def main() -> None:
     drain_s = time.monotonic() - started
     orders = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).state)
     drained = {"records": args.preload, "seconds": drain_s, "orders": orders.count()}
-    print(f"drain: {args.preload:,} records in {drain_s:.1f}s = {args.preload / drain_s:,.0f}/s")
-
+    drain_line = (
+        f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
+        f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
+        f"included); silver/orders then holds {drained['orders']:,} orders"
+    )
+    print(drain_line, flush=True)
     if not args.minutes:  # the drain alone
-        figures = [
-            f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
-            f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
-            f"included); silver/orders then holds {drained['orders']:,} orders"
-        ]
-        print(figures[0])
+        figures = [drain_line]
         command = f"python -m bench.pipeline_job --preload {args.preload} --minutes 0"
         print(f"results: {record('Pipeline job drain', command, figures)}")
         spark.stop()
@@ -197,9 +193,7 @@ def main() -> None:
     f = result["freshness_s"]
     per_m = result["per_minute"]
     figures = [
-        f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
-        f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
-        f"included); silver/orders then holds {drained['orders']:,} orders",
+        drain_line,
         f"steady: {args.rate:,.0f} records/s for {sent_s:.0f} s ({total:,} records), "
         f"`lakehouse run pipeline` (trigger {conf.pipeline.trigger_interval})",
         f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "

@@ -168,7 +168,7 @@ def _event_time(v: Column) -> Column:
 # in one struct cast, and its event time in the plain ISO form is a cast too. Every other record
 # (invalid, or with fields the spec allows but does not name) takes the field-by-field checks,
 # which name what is wrong. Both give the same row for the same record (see the unit tests):
-# 14 s instead of 36 s for 500,000 records on 2 cores.
+# 2.1 s instead of 4.1 s for 100,000 records on 2 cores (warm, into the noop sink).
 _INTEGER = r"(TINYINT|SMALLINT|INT|BIGINT|DECIMAL\(\d+,0\))"
 _JSON_TYPES = {n: "STRING" for n in (*STRING_FIELDS, "event_time")}
 _JSON_TYPES |= {n: _INTEGER for n in INTEGER_FIELDS}
@@ -220,15 +220,8 @@ def parse_events(raw: DataFrame) -> DataFrame:
         name: F.when(F.col("_plain"), F.col(f"_p_{name}")).otherwise(column)
         for name, column in typed_fields(F.col("_json")).items()
     }
-    return checked.select(
-        *COORDINATES,
-        "kafka_timestamp",
-        "key",
-        "value",
-        *[column.alias(name) for name, column in typed.items()],
-        F.date_format(typed["event_time"], "yyyy-MM-dd").alias("event_date"),
-        F.when(~F.col("_plain"), invalid_reason(F.col("value"), F.col("_json"))).alias("reason"),
-    )
+    reason = F.when(~F.col("_plain"), invalid_reason(F.col("value"), F.col("_json")))
+    return _event_rows(checked, typed, reason)
 
 
 def parse_events_checked(raw: DataFrame) -> DataFrame:
@@ -236,12 +229,18 @@ def parse_events_checked(raw: DataFrame) -> DataFrame:
     the fast common case is tested against."""
     with_json = raw.withColumn("_json", F.try_parse_json(F.col("value").cast("string")))
     typed = typed_fields(F.col("_json"))
-    return with_json.select(
+    return _event_rows(with_json, typed, invalid_reason(F.col("value"), F.col("_json")))
+
+
+def _event_rows(df: DataFrame, typed: dict[str, Column], reason: Column) -> DataFrame:
+    """The parsed rows: the record's coordinates, key and value, its typed fields, its event date
+    and `reason`."""
+    return df.select(
         *COORDINATES,
         "kafka_timestamp",
         "key",
         "value",
         *[column.alias(name) for name, column in typed.items()],
         F.date_format(typed["event_time"], "yyyy-MM-dd").alias("event_date"),
-        invalid_reason(F.col("value"), F.col("_json")).alias("reason"),
+        reason.alias("reason"),
     )

@@ -130,15 +130,6 @@ def _file_stats_range(files: pa.Table, column: str) -> tuple | None:
     return min([0, *lows]), max([0, *highs])
 
 
-def fitted_at(modules) -> set[int]:
-    """Where the fit of each table is in `_surely_fit`'s row: one, then two per value column."""
-    at, positions = 0, set()
-    for module in modules:
-        positions.add(at)
-        at += 1 + 2 * len(module.VALUE_COLUMNS)
-    return positions
-
-
 class UpsertGold(IdempotentSink):
     """foreachBatch sink of the gold job; see the module docstring."""
 
@@ -270,8 +261,8 @@ class UpsertGold(IdempotentSink):
         ranges = ranges or self._table_ranges()
         if ranges is None:
             return None
-        checks, seen = [], []  # per table: one job's row of (fits, min, max of each value)
-        for name, module in self.modules.items():
+        checks = []  # one row per table, its columns named by table and value column
+        for i, (name, module) in enumerate(self.modules.items()):
             types, fits, values = self._types(name), [], []
             for v in module.VALUE_COLUMNS:
                 fits.append(F.count(v) == F.count("*"))
@@ -279,18 +270,19 @@ class UpsertGold(IdempotentSink):
                     F.try_add(F.coalesce(agg(v), F.lit(0)), F.lit(t)).try_cast(types[v]).isNotNull()
                     for agg, t in zip((F.min, F.max), ranges[name][v], strict=True)
                 ]
-                values += [F.min(v), F.max(v)]
-                seen.append((name, v))
-            checks.append(partials[name].agg(reduce(operator.and_, fits), *values))
-        row = reduce(DataFrame.crossJoin, checks).first()
-        if not all(row[i] for i in fitted_at(self.modules.values())):
+                values += [F.min(v).alias(f"lo {i} {v}"), F.max(v).alias(f"hi {i} {v}")]
+            checks.append(
+                partials[name].agg(reduce(operator.and_, fits).alias(f"fit {i}"), *values)
+            )
+        row = reduce(DataFrame.crossJoin, checks).first().asDict()
+        if not all(row[f"fit {i}"] for i in range(len(self.modules))):
             return None
-        lows_highs = [x for i, x in enumerate(row) if i not in fitted_at(self.modules.values())]
-        after = {name: dict(r) for name, r in ranges.items()}
-        for k, (name, v) in enumerate(seen):
-            lo, hi = lows_highs[2 * k], lows_highs[2 * k + 1]
-            t_lo, t_hi = after[name][v]
-            after[name][v] = (t_lo + min(0, lo or 0), t_hi + max(0, hi or 0))
+        after = {}  # a row's new value is its old one plus the partial's (or the partial's)
+        for i, (name, module) in enumerate(self.modules.items()):
+            after[name] = {}
+            for v in module.VALUE_COLUMNS:
+                (t_lo, t_hi), lo, hi = ranges[name][v], row[f"lo {i} {v}"], row[f"hi {i} {v}"]
+                after[name][v] = (t_lo + min(0, lo or 0), t_hi + max(0, hi or 0))
         return after
 
     def _table_ranges(self) -> dict | None:
