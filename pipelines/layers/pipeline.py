@@ -3,17 +3,21 @@ silver and gold, instead of three queries each waiting for the previous one's co
 
 Each table is still written exactly once per batch under its own Delta transaction ids (its
 table and this query's id, the batch id), so a batch re-run after a crash skips every write that
-committed and does the others. Per micro-batch, in order:
-1. bronze: the Kafka records are appended to the raw table (as the bronze job does);
-2. silver: the same records, parsed and validated, go to the quarantine, the events and the
-   state tables (as the silver job does with the raw table's new rows);
-3. gold: the events this batch's MERGE inserted into the events table (read back from that
-   commit through the table's change data feed, so a re-run sees the same events) are windowed
-   and added to the gold tables (as the gold job does with the events table's new rows).
+committed and does the others, in any order. The writes go in the order that makes gold fresh
+soonest, since a gold row is what users wait for; per micro-batch:
+1. silver events: the Kafka records, parsed and validated once, their valid events MERGEd
+   insert-only into the events table (as the silver job does with the raw table's new rows);
+2. gold: the events that MERGE inserted (read back from that commit through the table's change
+   data feed, so a re-run sees the same events) are windowed and added to the gold tables (as the
+   gold job does with the events table's new rows);
+3. bronze: the Kafka records are appended to the raw table (as the bronze job does);
+4. silver state and quarantine: the batch's newest versions MERGEd into the state table, its
+   invalid records appended to the quarantine.
 A write that fails stops the batch where it is: nothing later in the batch is written, nor is
-the batch committed to the checkpoint, so ingestion stops with it and the restarted query runs
-the same batch again (bronze skips its committed write). A record that silver cannot write is
-quarantined, not failed: only a failure of the storage or the job stops ingestion.
+the batch committed to the checkpoint, so ingestion stops with it (bronze included: a batch is
+landed in bronze only once gold has it) and the restarted query runs the same batch again,
+skipping the writes that committed. A record that silver cannot write is quarantined, not
+failed: only a failure of the storage or the job stops ingestion.
 
 The per-layer jobs stay for spark-submit and for streams that want them apart; one storage root
 is run either by the pipeline or by the three jobs (their checkpoints differ).
@@ -59,12 +63,15 @@ class Pipeline(IdempotentSink):
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         for layer in self.layers:
             layer.spark = self.spark
-        self.bronze.write_batch(batch, batch_id)
-        self.silver.write_batch(batch, batch_id)
+        parsed = self.silver.parse(batch)
+        self.silver.write_events(parsed, batch_id)
         if self.gold is not None:
             events = self.silver.inserted_events(batch_id)
             if events is not None:
                 self.gold.write_batch(self.cache(events), batch_id)
+        self.bronze.write_batch(batch, batch_id)
+        self.silver.write_state(parsed, batch_id)
+        self.silver.write_quarantine(parsed, batch_id)
 
     def written(self) -> list[str]:
         """Every table the pipeline writes: a lost checkpoint is rebuilt from their records."""

@@ -22,7 +22,7 @@ from functools import partial
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -95,6 +95,14 @@ def ensure_silver_tables(spark: SparkSession, conf: LakehouseConf, tables: Silve
         ensure_table(spark, conf, table)
 
 
+@dataclass(frozen=True)
+class ParsedBatch:
+    """A micro-batch parsed once for every silver write: its rows, cached, and its key ranges."""
+
+    parsed: DataFrame
+    keys: Row  # valid_records, invalid_records, partitions, min/max key, min/max state key
+
+
 class UpsertSilver(IdempotentSink):
     """foreachBatch sink of the silver job; see the module docstring for what it guarantees."""
 
@@ -111,23 +119,38 @@ class UpsertSilver(IdempotentSink):
         self.merged_events = False  # whether the last batch MERGEd events
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        events_name, state_name, quarantine_name = self.tables.names
-        key = self.events.KEY
+        parsed = self.parse(batch)
+        self.write_quarantine(parsed, batch_id)
+        self.write_events(parsed, batch_id)
+        self.write_state(parsed, batch_id)
+
+    def parse(self, batch: DataFrame) -> ParsedBatch:
+        """The batch parsed and checked (cached until the batch ends), and its keys' ranges."""
         with self.step("silver.parse"):
             parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
-            keys = batch_keys(parsed, key, self.partition, self.state and self.state.KEY).first()
+            keys = batch_keys(
+                parsed, self.events.KEY, self.partition, self.state and self.state.KEY
+            )
+            return ParsedBatch(parsed, keys.first())
+
+    def write_quarantine(self, batch: ParsedBatch, batch_id: int) -> None:
+        """Append the batch's invalid records, with their reason, to the quarantine table."""
+        if batch.keys["invalid_records"]:
+            quarantine = quarantined_records(batch.parsed)
+            self.append(quarantine, self.tables.names[2], self.tables.quarantine, batch_id)
+
+    def write_events(self, batch: ParsedBatch, batch_id: int) -> None:
+        """MERGE the batch's valid events, insert-only, into the events table."""
+        keys, key = batch.keys, self.events.KEY
         self.merged_events = bool(keys["valid_records"])
-        if keys["invalid_records"]:
-            quarantine = quarantined_records(parsed)
-            self.append(quarantine, quarantine_name, self.tables.quarantine, batch_id)
-        if not keys["valid_records"]:
+        if not self.merged_events:
             return
-        events = dedupe_events(parsed, key, self.event_columns)
+        events = dedupe_events(batch.parsed, key, self.event_columns)
         condition = new_events_condition(
             key, self.partition, keys["partitions"], keys["min_key"], keys["max_key"]
         )
         self.transaction(
-            events_name,
+            self.tables.names[0],
             batch_id,
             lambda: (
                 DeltaTable.forPath(self.spark, self.tables.events)
@@ -137,12 +160,17 @@ class UpsertSilver(IdempotentSink):
                 .execute()
             ),
         )
-        if self.state is None:
+
+    def write_state(self, batch: ParsedBatch, batch_id: int) -> None:
+        """MERGE the newest version per state key in the batch into the state table."""
+        keys = batch.keys
+        if self.state is None or not keys["valid_records"]:
             return
+        events = dedupe_events(batch.parsed, self.events.KEY, self.event_columns)
         current = self.state.current_state(events)
         bounds = key_condition(self.state.KEY, keys["min_state_key"], keys["max_state_key"])
         self.transaction(
-            state_name,
+            self.tables.names[1],
             batch_id,
             lambda: (
                 DeltaTable.forPath(self.spark, self.tables.state)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from datetime import timedelta
 
 import pytest
 
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
-from pipelines.layers.pipeline import Pipeline
+from pipelines.layers.pipeline import Pipeline, run_pipeline
+from pipelines.layers.quality import QualityCheckFailedError
 from pipelines.layers.silver import run_silver, silver_tables
 from tests import helpers
 from tests.conftest import subprocess_env
-from tests.integration.test_gold import table
+from tests.integration.test_gold import START, produce, table
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
 pytestmark = pytest.mark.integration
@@ -51,9 +53,11 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
     )
     job, log = "pipelines.jobs.pipeline_job", tmp_path / "pipeline.log"
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
-    raw = bronze_tables(lake, lake.streams["orders"]).raw
-    # a run is killed from bronze's first commit (a batch's first write) to 5 s after it
-    killed = helpers.kill_at_random_instants(job, env, log, raw, rng, batches=(1, 1), jitter_s=5.0)
+    events = silver_tables(lake, lake.streams["orders"]).events
+    # a run is killed from the events table's first commit (a batch's first write) to 5 s after
+    killed = helpers.kill_at_random_instants(
+        job, env, log, events, rng, batches=(1, 1), jitter_s=5.0
+    )
     assert killed == 3, (
         f"the pipeline finished before it could be killed: {log.read_text()[-2000:]}"
     )
@@ -75,3 +79,34 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
     assert len(mine["bronze"]) == len(report.delivered)
     assert_silver_matches(spark, lake, oracle(report))
     assert any("more than 10 minutes behind" in r[-1] for r in mine["/gold/late_events"])
+
+
+def test_a_batch_gold_refuses_stops_ingestion_before_bronze_and_the_rerun_writes_each_record_once(
+    spark, lake
+):
+    """Gold refuses a batch (a per-batch quality check fails): the pipeline stops on it with the
+    check's error, and ingestion stops with it: bronze, the state and the quarantine hold nothing
+    of the batch (a batch lands in bronze only once gold has it), only its events commit, which
+    gold's next try reads back. Run again without the check: every table holds each record once."""
+    conf = lake.updated({"gold.check_quality_per_batch": True})
+    seed_dimensions(spark, conf)
+    first = produce(conf, 96, 40, START, unknown_dimension_rate=0.0, **TWISTS)
+    run_pipeline(spark, conf, once=True, progress=False)  # passes its checks
+    b, s = bronze_tables(conf, conf.streams["orders"]), silver_tables(conf, conf.streams["orders"])
+    before = {p: table(spark, p) for p in (b.raw, s.state, s.quarantine)}
+    assert len(before[b.raw]) == len(first.delivered)
+
+    second = produce(conf, 97, 40, START + timedelta(minutes=3), unknown_dimension_rate=1.0)
+    with pytest.raises(
+        QualityCheckFailedError,
+        match=r"expect_column_values_to_not_be_in_set on (category|country) failed",
+    ):
+        run_pipeline(spark, conf, once=True, progress=False)
+    assert {p: table(spark, p) for p in before} == before
+
+    relaxed = conf.updated({"gold.check_quality_per_batch": False})
+    run_pipeline(spark, relaxed, once=True, progress=False)
+    raw = spark.read.format("delta").load(b.raw)
+    assert raw.count() == len(first.delivered) + len(second.delivered)
+    assert raw.select("partition", "offset").distinct().count() == raw.count()
+    assert_silver_matches(spark, conf, oracle(first, second))
