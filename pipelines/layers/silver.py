@@ -101,6 +101,7 @@ class ParsedBatch:
 
     parsed: DataFrame
     keys: Row  # valid_records, invalid_records, partitions, min/max key, min/max state key
+    events: DataFrame  # the valid events, deduplicated on their key
 
 
 class UpsertSilver(IdempotentSink):
@@ -131,13 +132,15 @@ class UpsertSilver(IdempotentSink):
             keys = batch_keys(
                 parsed, self.events.KEY, self.partition, self.state and self.state.KEY
             )
-            return ParsedBatch(parsed, keys.first())
+            events = dedupe_events(parsed, self.events.KEY, self.event_columns)
+            return ParsedBatch(parsed, keys.first(), events)
 
     def write_quarantine(self, batch: ParsedBatch, batch_id: int) -> None:
         """Append the batch's invalid records, with their reason, to the quarantine table."""
         if batch.keys["invalid_records"]:
             quarantine = quarantined_records(batch.parsed)
-            self.append(quarantine, self.tables.names[2], self.tables.quarantine, batch_id)
+            name = self.tables.names[2]  # events, state, quarantine
+            self.append(quarantine, name, self.tables.quarantine, batch_id)
 
     def write_events(self, batch: ParsedBatch, batch_id: int) -> None:
         """MERGE the batch's valid events, insert-only, into the events table."""
@@ -145,7 +148,6 @@ class UpsertSilver(IdempotentSink):
         self.merged_events = bool(keys["valid_records"])
         if not self.merged_events:
             return
-        events = dedupe_events(batch.parsed, key, self.event_columns)
         condition = new_events_condition(
             key, self.partition, keys["partitions"], keys["min_key"], keys["max_key"]
         )
@@ -155,7 +157,7 @@ class UpsertSilver(IdempotentSink):
             lambda: (
                 DeltaTable.forPath(self.spark, self.tables.events)
                 .alias("t")
-                .merge(events.alias("s"), condition)
+                .merge(batch.events.alias("s"), condition)
                 .whenNotMatchedInsertAll()
                 .execute()
             ),
@@ -166,8 +168,7 @@ class UpsertSilver(IdempotentSink):
         keys = batch.keys
         if self.state is None or not keys["valid_records"]:
             return
-        events = dedupe_events(batch.parsed, self.events.KEY, self.event_columns)
-        current = self.state.current_state(events)
+        current = self.state.current_state(batch.events)
         bounds = key_condition(self.state.KEY, keys["min_state_key"], keys["max_state_key"])
         self.transaction(
             self.tables.names[1],
