@@ -63,21 +63,52 @@ def batch_keys(
 LONGEST_BOUND = 100  # characters of a string key a MERGE's range keeps (Delta's statistics: 32)
 
 
-def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
-    """MERGE condition on the natural key, bounded by the batch's key range.
+def key_range(column: Column, lo=None, hi=None) -> Column | None:
+    """`column` within the batch's key range [lo, hi], or None for no range.
 
     The literal range lets Delta skip every file whose min/max statistics fall outside it, so a
-    MERGE reads what the batch can touch. Keys that grow with time (sequences, ULIDs, snowflake
+    write reads what the batch can touch. Keys that grow with time (sequences, ULIDs, snowflake
     ids, the reference stream's ids) keep that range narrow. A huge key would be copied into the
     plan and into the commit's record of the condition: a string lower bound is cut to its first
     LONGEST_BOUND characters (still a lower bound), and a longer upper bound is left out.
     """
+    if lo is None or hi is None:
+        return None
+    condition = column >= F.lit(lo[:LONGEST_BOUND] if isinstance(lo, str) else lo)
+    return (
+        condition if isinstance(hi, str) and len(hi) > LONGEST_BOUND else condition & (column <= hi)
+    )
+
+
+def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
+    """MERGE condition on the natural key, bounded by the batch's key range (`key_range`)."""
     t = F.col(f"{target}.{key}")
     condition = t == F.col(f"{source}.{key}")
-    if lo is None or hi is None:
-        return condition
-    condition = condition & (t >= F.lit(lo[:LONGEST_BOUND] if isinstance(lo, str) else lo))
-    return condition if isinstance(hi, str) and len(hi) > LONGEST_BOUND else condition & (t <= hi)
+    bounded = key_range(t, lo, hi)
+    return condition if bounded is None else condition & bounded
+
+
+def new_events(
+    events: DataFrame,
+    stored: DataFrame,
+    key: str,
+    partition: str | None,
+    partitions: list,
+    lo=None,
+    hi=None,
+) -> DataFrame:
+    """The `events` (one per key) that `stored` does not hold yet: an event is stored once
+    however late its re-delivery comes. `stored` is read only within the batch's partitions (the
+    event's own partition, e.g. its date) and key range: the check costs what the batch touches,
+    not what the table holds."""
+    on = [key, partition] if partition else [key]
+    bounds = key_range(F.col(key), lo, hi)
+    if partition:
+        pruned = F.col(partition).isin(*partitions)
+        bounds = pruned if bounds is None else pruned & bounds
+    if bounds is not None:
+        stored = stored.where(bounds)
+    return events.join(stored.select(*on), on, "left_anti")
 
 
 def new_events_condition(
@@ -89,9 +120,8 @@ def new_events_condition(
     target: str = "t",
     source: str = "s",
 ) -> Column:
-    """MERGE condition matching an event already stored, pruned to the batch's partitions (the
-    event's own partition, e.g. its date) and key range: a MERGE costs what the batch touches,
-    not what the table holds."""
+    """MERGE condition matching an event already stored, pruned to the batch's partitions and
+    key range (see `new_events`)."""
     condition = key_condition(key, lo, hi, target, source)
     if partition:
         t = F.col(f"{target}.{partition}")

@@ -5,14 +5,18 @@ Each table is still written exactly once per batch under its own Delta transacti
 table and this query's id, the batch id), so a batch re-run after a crash skips every write that
 committed and does the others, in any order. The writes go in the order that makes gold fresh
 soonest, since a gold row is what users wait for; per micro-batch:
-1. silver events: the Kafka records, parsed and validated once, their valid events MERGEd
-   insert-only into the events table (as the silver job does with the raw table's new rows);
-2. gold: the events that MERGE inserted (read back from that commit through the table's change
-   data feed, so a re-run sees the same events) are windowed and added to the gold tables (as the
-   gold job does with the events table's new rows);
-3. bronze: the Kafka records are appended to the raw table (as the bronze job does);
-4. silver state and quarantine: the batch's newest versions MERGEd into the state table, its
+1. silver parses and validates the Kafka records once, and finds the valid events that the
+   events table does not hold yet (as the silver job does with the raw table's new rows);
+2. gold: those events are windowed and added to the gold tables (as the gold job does with the
+   events table's new rows);
+3. silver events: the batch's valid events are MERGEd insert-only into the events table,
+   which inserts those same events;
+4. bronze: the Kafka records are appended to the raw table (as the bronze job does);
+5. silver state and quarantine: the batch's newest versions MERGEd into the state table, its
    invalid records appended to the quarantine.
+The new events are found before any of the batch's writes and the events table changes only in
+step 3, so a re-run of the batch finds the same events until it has stored them, and by then its
+gold writes committed (Delta skips them).
 A write that fails stops the batch where it is: nothing later in the batch is written, nor is
 the batch committed to the checkpoint, so ingestion stops with it (bronze included: a batch is
 landed in bronze only once gold has it) and the restarted query runs the same batch again,
@@ -64,11 +68,10 @@ class Pipeline(IdempotentSink):
         for layer in self.layers:
             layer.spark = self.spark
         parsed = self.silver.parse(batch)
+        new = self.silver.new_events(parsed)
+        if self.gold is not None and new is not None:
+            self.gold.write_batch(new, batch_id)
         self.silver.write_events(parsed, batch_id)
-        if self.gold is not None:
-            events = self.silver.inserted_events(batch_id)
-            if events is not None:
-                self.gold.write_batch(self.cache(events), batch_id)
         self.bronze.write_batch(batch, batch_id)
         self.silver.write_state(parsed, batch_id)
         self.silver.write_quarantine(parsed, batch_id)

@@ -9,7 +9,8 @@ with Delta's transaction ids, so a replayed batch changes nothing, not even a ta
   added at any time: both read from the table's metadata each batch);
 - valid events, deduplicated within the batch, are MERGEd insert-only into the events table on
   their key (pruned to the event's partition and the batch's key range): an event is stored once
-  however late its re-delivery comes, with no streaming state to grow;
+  however late its re-delivery comes, with no streaming state to grow; the pipeline job finds
+  them first (`new_events`, the same check) for gold, which it writes before this MERGE;
 - the newest version per state key in the batch is MERGEd into the state table, replacing a row
   only with a newer version (for orders: higher seq; ties: later event_time, then greater event_id).
 """
@@ -17,7 +18,7 @@ with Delta's transaction ids, so a replayed batch changes nothing, not even a ta
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from delta.tables import DeltaTable
@@ -29,7 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.streaming.delta import batch_commit, start_delta_to_batches
+from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import (
@@ -43,6 +44,7 @@ from silver.events import (
     batch_keys,
     dedupe_events,
     key_condition,
+    new_events,
     new_events_condition,
     refused_reason,
 )
@@ -81,10 +83,7 @@ def silver_tables(conf: LakehouseConf, stream: StreamConf) -> SilverTables:
 def declarations(tables: SilverTables) -> list[Table]:
     """The events, state (if any) and quarantine tables of a stream."""
     events, state, quarantine = tables.names
-    declaration = declared(tables.stream.module(events), events)
-    # the pipeline job reads back what each batch inserted through the change data feed
-    feed = {**declaration.properties, "delta.enableChangeDataFeed": "true"}
-    found = [replace(declaration, properties=feed)]
+    found = [declared(tables.stream.module(events), events)]
     found += [declared(tables.stream.module(state), state)] if state else []
     return [*found, declared(silver.quarantine, quarantine)]
 
@@ -117,7 +116,6 @@ class UpsertSilver(IdempotentSink):
         self.state = importlib.import_module(tables.stream.module(state)) if state else None
         self.event_columns = column_names(self.events.SCHEMA)
         self.partition = next(iter(getattr(self.events, "PARTITIONED_BY", ())), None)
-        self.merged_events = False  # whether the last batch MERGEd events
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         parsed = self.parse(batch)
@@ -142,11 +140,29 @@ class UpsertSilver(IdempotentSink):
             name = self.tables.names[2]  # events, state, quarantine
             self.append(quarantine, name, self.tables.quarantine, batch_id)
 
+    def new_events(self, batch: ParsedBatch) -> DataFrame | None:
+        """The batch's valid events that the events table does not hold yet (cached until the
+        batch ends), or None if the batch has no valid event. Read before the batch writes the
+        events table, so a re-run of the batch before that write finds the same events."""
+        keys, key = batch.keys, self.events.KEY
+        if not keys["valid_records"]:
+            return None
+        stored = self.spark.read.format("delta").load(self.tables.events)
+        found = new_events(
+            batch.events,
+            stored,
+            key,
+            self.partition,
+            keys["partitions"],
+            keys["min_key"],
+            keys["max_key"],
+        )
+        return self.cache(found)
+
     def write_events(self, batch: ParsedBatch, batch_id: int) -> None:
         """MERGE the batch's valid events, insert-only, into the events table."""
         keys, key = batch.keys, self.events.KEY
-        self.merged_events = bool(keys["valid_records"])
-        if not self.merged_events:
+        if not keys["valid_records"]:
             return
         condition = new_events_condition(
             key, self.partition, keys["partitions"], keys["min_key"], keys["max_key"]
@@ -181,26 +197,6 @@ class UpsertSilver(IdempotentSink):
                 .whenNotMatchedInsertAll()
                 .execute()
             ),
-        )
-
-    def inserted_events(self, batch_id: int) -> DataFrame | None:
-        """The events the last batch's MERGE inserted into the events table, read back from that
-        commit through the table's change data feed (a re-run of the batch reads the same), or
-        None if the batch merged no event."""
-        if not self.merged_events:
-            return None
-        with self.step("silver.find_commit"):
-            version = batch_commit(self.spark, self.tables.events, self.query_id(), batch_id)
-        if version is None:
-            return None
-        return (
-            self.spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", version)
-            .option("endingVersion", version)
-            .load(self.tables.events)
-            .where(F.col("_change_type") == "insert")
-            .drop("_change_type", "_commit_version", "_commit_timestamp")
         )
 
     def refusing(self, parsed: DataFrame) -> DataFrame:

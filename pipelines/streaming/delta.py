@@ -69,18 +69,6 @@ def committed_txn(spark: SparkSession, path: str, app_id: str) -> int | None:
     return found.get() if found.isDefined() else None
 
 
-def batch_commit(spark: SparkSession, path: str, query: str, batch: int) -> int | None:
-    """The version of the table at `path` that a query's micro-batch committed (the newest such,
-    found by the batch record in its userMetadata), None if that batch committed nothing."""
-    table = DeltaTable.forPath(spark, path)
-    for limit in (10, 1000):
-        for row in table.history(limit).select("version", "userMetadata").collect():
-            record = json.loads(row["userMetadata"] or "{}")
-            if record.get("query") == query and record.get("batch") == batch:
-                return row["version"]
-    return None
-
-
 def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
     """Run a Delta write, retrying when a concurrent transaction made it conflict."""
     for attempt in range(1, attempts):

@@ -85,15 +85,15 @@ def test_a_batch_gold_refuses_stops_ingestion_before_bronze_and_the_rerun_writes
     spark, lake
 ):
     """Gold refuses a batch (a per-batch quality check fails): the pipeline stops on it with the
-    check's error, and ingestion stops with it: bronze, the state and the quarantine hold nothing
-    of the batch (a batch lands in bronze only once gold has it), only its events commit, which
-    gold's next try reads back. Run again without the check: every table holds each record once."""
+    check's error, and ingestion stops with it: no table holds anything of the batch (its events
+    are stored, and it lands in bronze, only once gold has it). Run again without the check: every
+    table holds each record once."""
     conf = lake.updated({"gold.check_quality_per_batch": True})
     seed_dimensions(spark, conf)
     first = produce(conf, 96, 40, START, unknown_dimension_rate=0.0, **TWISTS)
     run_pipeline(spark, conf, once=True, progress=False)  # passes its checks
     b, s = bronze_tables(conf, conf.streams["orders"]), silver_tables(conf, conf.streams["orders"])
-    before = {p: table(spark, p) for p in (b.raw, s.state, s.quarantine)}
+    before = {p: table(spark, p) for p in (b.raw, s.events, s.state, s.quarantine)}
     assert len(before[b.raw]) == len(first.delivered)
 
     second = produce(conf, 97, 40, START + timedelta(minutes=3), unknown_dimension_rate=1.0)

@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from silver.events import dedupe_events, key_condition, refused_reason
+from silver.events import dedupe_events, key_condition, new_events, refused_reason
 from silver.order_events import (
     EVENT_COLUMNS,
     INEXACT_PRICE,
@@ -321,3 +321,23 @@ def test_the_common_case_shortcut_gives_what_the_field_by_field_checks_give(spar
     shape = plain_shape(F.try_parse_json(F.col("value").cast("string")))
     _, plain = plain_fields(F.col("value"), shape)
     assert raw.where(plain).count() == 23
+
+
+def test_new_events_are_those_the_table_lacks_in_their_partition_read_only_in_the_batch_range(
+    spark,
+):
+    schema = "event_id string, event_date string, n int"
+    stored = spark.createDataFrame(
+        [("e-2", "d1", 0), ("e-3", "d2", 0), ("e-4", "d1", 0), ("e-9", "d1", 0)], schema
+    )
+    batch = spark.createDataFrame(
+        [("e-1", "d1", 1), ("e-2", "d1", 2), ("e-3", "d1", 3), ("e-4", "d1", 4)], schema
+    )
+    found = new_events(batch, stored, "event_id", "event_date", ["d1"], "e-1", "e-4")
+    expected = spark.createDataFrame([("e-1", "d1", 1), ("e-3", "d1", 3)], schema)
+    assert_df_equality(found, expected, ignore_row_order=True)
+    # the read of the table is bounded by the batch's partitions and key range
+    plan = found._jdf.queryExecution().optimizedPlan().toString()
+    assert "e-1" in plan and "e-4" in plan and "d1" in plan
+    unbounded = new_events(batch, stored, "event_id", None, [])
+    assert sorted(r.event_id for r in unbounded.collect()) == ["e-1"]
