@@ -4,7 +4,9 @@ declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITE
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -88,6 +90,20 @@ def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "
     return condition if bounded is None else condition & bounded
 
 
+def stored_bounds(
+    key: str, partition: str | None, partitions: list, lo=None, hi=None, table: str | None = None
+) -> Column | None:
+    """What of the stored events a batch can match: its partitions (the event's own partition,
+    e.g. its date) and its key range, on the columns of `table` (an alias) or unqualified; None
+    if nothing bounds it."""
+    col = (lambda c: F.col(f"{table}.{c}")) if table else F.col
+    bounds = key_range(col(key), lo, hi)
+    if partition:
+        pruned = col(partition).isin(*partitions)
+        bounds = pruned if bounds is None else pruned & bounds
+    return bounds
+
+
 def new_events(
     events: DataFrame,
     stored: DataFrame,
@@ -98,14 +114,10 @@ def new_events(
     hi=None,
 ) -> DataFrame:
     """The `events` (one per key) that `stored` does not hold yet: an event is stored once
-    however late its re-delivery comes. `stored` is read only within the batch's partitions (the
-    event's own partition, e.g. its date) and key range: the check costs what the batch touches,
-    not what the table holds."""
+    however late its re-delivery comes. `stored` is read only within the batch's `stored_bounds`:
+    the check costs what the batch touches, not what the table holds."""
     on = [key, partition] if partition else [key]
-    bounds = key_range(F.col(key), lo, hi)
-    if partition:
-        pruned = F.col(partition).isin(*partitions)
-        bounds = pruned if bounds is None else pruned & bounds
+    bounds = stored_bounds(key, partition, partitions, lo, hi)
     if bounds is not None:
         stored = stored.where(bounds)
     return events.join(stored.select(*on), on, "left_anti")
@@ -120,10 +132,10 @@ def new_events_condition(
     target: str = "t",
     source: str = "s",
 ) -> Column:
-    """MERGE condition matching an event already stored, pruned to the batch's partitions and
-    key range (see `new_events`)."""
-    condition = key_condition(key, lo, hi, target, source)
-    if partition:
-        t = F.col(f"{target}.{partition}")
-        condition = condition & (t == F.col(f"{source}.{partition}")) & t.isin(*partitions)
-    return condition
+    """MERGE condition matching an event already stored, within the batch's `stored_bounds`."""
+    on = [key, partition] if partition else [key]
+    condition = reduce(
+        operator.and_, [F.col(f"{target}.{c}") == F.col(f"{source}.{c}") for c in on]
+    )
+    bounds = stored_bounds(key, partition, partitions, lo, hi, target)
+    return condition if bounds is None else condition & bounds
