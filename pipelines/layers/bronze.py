@@ -34,9 +34,10 @@ from pipelines.config import LakehouseConf, StreamConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import redacted, spark_kafka_options, topic_watermarks
 from pipelines.streaming import checkpoints
-from pipelines.streaming.delta import snapshot
+from pipelines.streaming.delta import has_log, snapshot
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
+from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, declared, ensure_table
 
 log = logging.getLogger("lakehouse.bronze")
@@ -113,8 +114,10 @@ def record_gaps(
     if not gaps:
         return
     rows = [(g.topic, g.partition, g.from_offset, g.to_offset, g.missing) for g in gaps]
-    new = spark.createDataFrame(
-        rows, "topic string, partition int, from_offset long, to_offset long, missing_records long"
+    new = local_frame(
+        spark,
+        rows,
+        "topic string, partition int, from_offset long, to_offset long, missing_records long",
     ).select(
         "*", F.current_timestamp().alias("detected_at"), F.lit(detected_by).alias("detected_by")
     )
@@ -198,7 +201,7 @@ def start_bronze(
     # names the broker if it is unreachable, the topic if it is missing
     watermarks = topic_watermarks(conf, topic)
     sink = sink or AppendRawRecords(conf, stream, tables)
-    if snapshot(spark, tables.raw).version() < 0:
+    if not has_log(spark, tables.raw):
         # a new table is created while the query starts, and the first write waits for it: a
         # first run pays Delta's cold start once, not before the query and again in its batch
         sink.ready = ThreadPoolExecutor(1).submit(ensure_bronze_tables, spark, conf, stream)

@@ -39,6 +39,7 @@ from pipelines.layers.silver import silver_tables
 from pipelines.streaming.delta import start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
+from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
 
 TOO_BIG = "a window this event falls in would exceed the value columns"
@@ -196,8 +197,8 @@ class UpsertGold(IdempotentSink):
         for name, module in self.modules.items():
             self._add(partials[name], name, module, batch_id, *bounds[name])
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
-        high_water = spark.createDataFrame(
-            [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
+        high_water = local_frame(
+            spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
         )
         self.append(high_water, f"{self.late_name}_high_water", tables.high_water, batch_id)
         self._known = ((self.query_id(), batch_id + 1), newest_after, ranges)

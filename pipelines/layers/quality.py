@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import QualityError
+from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, ensure_table
 
 RESULTS_SCHEMA = (
@@ -175,7 +176,7 @@ def check_frames(
     if rows:
         results = Table(conf.tables.quality_results, RESULTS_SCHEMA, properties=APPEND_ONLY)
         path = ensure_table(spark, conf, results)
-        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
+        local_frame(spark, rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
     try:
         context.build_data_docs()
     except Exception as e:  # the docs are a view: a rendering problem must not hide the verdict

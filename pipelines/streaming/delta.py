@@ -63,6 +63,14 @@ def snapshot(spark: SparkSession, path: str):
     return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
 
+def has_log(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta log exists at `path` (one file system call, without starting Delta's
+    log reader: cheap in a new driver)."""
+    jvm = spark._jvm
+    log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+    return bool(log.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log))
+
+
 def committed_txn(spark: SparkSession, path: str, app_id: str) -> int | None:
     """The newest version the writer `app_id` committed to the table at `path`, if any."""
     found = snapshot(spark, path).transactions().get(app_id)

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pipelines.config import LakehouseConf
 from pipelines.streaming.console import kafka_lag_per_partition
 from pipelines.streaming.delta import retry_on_conflict
+from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, ensure_table
 
 SCHEMA = (
@@ -115,7 +116,7 @@ class ProgressTable:
                     self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
                 if not rows:
                     return
-                df = self.spark.createDataFrame(rows, SCHEMA)
+                df = local_frame(self.spark, rows, SCHEMA)
                 retry_on_conflict(
                     lambda: df.write.format("delta").mode("append").save(self.path),
                     what=self.path,

@@ -70,7 +70,9 @@ class IdempotentSink:
     def wait_until_ready(self) -> None:
         """Wait until the tables being created exist (raising what failed to create them)."""
         if self.ready is not None:
-            self.ready.result()
+            with self.step("tables ready"):
+                self.ready.result()
+            self.ready = None
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         raise NotImplementedError

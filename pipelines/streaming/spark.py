@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from pipelines.config import LakehouseConf
 from pipelines.local.jars import spark_jars
@@ -33,3 +37,25 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
     spark = builder.config(map=session_settings(conf)).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
     return spark
+
+
+def local_frame(spark: SparkSession, rows: list, schema: str) -> DataFrame:
+    """A DataFrame of a few driver-side rows (dicts by column name, or tuples in the schema's
+    order), handed to the JVM as Arrow: `createDataFrame` of Python rows starts Python workers
+    to read them back (a second and more in a new driver, CPU in every job after)."""
+    struct = StructType.fromDDL(schema)
+    arrow = to_arrow_schema(struct, timezone="UTC")
+    names = struct.fieldNames()
+    rows = [
+        {
+            k: _aware(v)
+            for k, v in (row.items() if isinstance(row, dict) else zip(names, row, strict=True))
+        }
+        for row in rows
+    ]
+    return spark.createDataFrame(pa.Table.from_pylist(rows, schema=arrow), struct)
+
+
+def _aware(value):
+    """A naive datetime is local time, as pyspark reads and writes them."""
+    return value.astimezone() if isinstance(value, datetime) and value.tzinfo is None else value

@@ -115,3 +115,23 @@ def test_an_idle_trigger_is_not_a_batch():
         {**json.loads(ran.json), "durationMs": {"latestOffset": 3, "triggerExecution": 3}}
     )
     assert is_batch(ran) and not is_batch(idle)
+
+
+def test_driver_rows_go_to_spark_as_arrow_with_the_same_values_as_create_dataframe(spark):
+    """local_frame equals pyspark's createDataFrame (Python workers) on every type the progress
+    table holds: naive and aware timestamps, maps, nulls, tuples and dicts."""
+    from chispa import assert_df_equality
+
+    from pipelines.streaming.progress_table import SCHEMA
+    from pipelines.streaming.spark import local_frame
+
+    names = [f.split(" ")[0] for f in SCHEMA.split(", ")]
+    full = progress_row(_progress([_kafka_source({"orders": {"0": 9}}, {"orders": {"0": 12}})]))
+    naive = {**full, "event_time": datetime(2026, 11, 23, 1, 2, 3, 456000), "sources": None}
+    aware = {**full, "event_time": datetime(2026, 11, 23, 1, 2, 3, tzinfo=UTC)}
+    rows = [full, naive, aware, {"batch_id": 1, "durations_ms": {}}]
+    dicts = [{n: r.get(n) for n in names} for r in rows]
+    expected = spark.createDataFrame([tuple(d.values()) for d in dicts], SCHEMA)
+    assert_df_equality(local_frame(spark, dicts, SCHEMA), expected)
+    assert_df_equality(local_frame(spark, [tuple(d.values()) for d in dicts], SCHEMA), expected)
+    assert local_frame(spark, [], SCHEMA).count() == 0
