@@ -1,8 +1,8 @@
 """The bronze job: Kafka to a Delta table of raw records, checkpointed and exactly once.
 
 Exactly once, however it stops:
-- each micro-batch is appended with Delta's idempotent-write identifiers (`txnAppId` = this
-  checkpoint's query id, `txnVersion` = batch id), so a batch re-run after a crash is skipped;
+- each micro-batch's commit records the batch (this checkpoint's query id, the batch id), so a
+  batch re-run after a crash finds its append in the table and skips it (see the shared sink);
 - offsets are as recoverable as the data: with no checkpoint but a table, the ingest resumes right
   after the offsets the table holds;
 - offsets that Kafka deleted before bronze read them (retention) stop the job with a message naming

@@ -9,8 +9,8 @@ micro-batch of new events (a stream over the insert-only silver events table):
   is seen by the next batch) and aggregated per window and group;
 - the batch's partial aggregates are MERGEd into the gold tables, adding to the window rows:
   a window row is current as soon as its batch commits. Additions are not idempotent by nature;
-  the shared sink tags every write with Delta's transaction ids, so a replayed batch adds nothing
-  twice.
+  the shared sink makes every write once per batch (Delta's transaction ids on the MERGEs, the
+  batch its commit records for the appends), so a replayed batch adds nothing twice.
 The tables are the state: there is no Spark watermark to drop late events silently.
 """
 
@@ -212,7 +212,7 @@ class UpsertGold(IdempotentSink):
         batch; a replay reads the decision back. Third: the value ranges of the tables once the
         partials are added (`ranges`: before), if the cheap proof gave them, else None."""
         out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
-        replay = self.committed(self.late_name, self.tables.late, batch_id)
+        replay = self.committed(self.tables.late, batch_id)
         if replay:
             late = spark.read.format("delta").load(self.tables.late)
             done = late.where(F.col("reason").startswith(TOO_BIG)).select(self.key, "reason")

@@ -1,9 +1,9 @@
 """The pipeline job: one streaming query carries each micro-batch from Kafka through bronze,
 silver and gold, instead of three queries each waiting for the previous one's commits.
 
-Each table is still written exactly once per batch under its own Delta transaction ids (its
-table and this query's id, the batch id), so a batch re-run after a crash skips every write that
-committed and does the others, in any order. The writes go in the order that makes gold fresh
+Each table is still written exactly once per batch, each commit recording the batch (this
+query's id, the batch id; a MERGE also under its own Delta transaction ids), so a batch re-run
+after a crash skips every write that committed and does the others, in any order. The writes go in the order that makes gold fresh
 soonest, since a gold row is what users wait for; per micro-batch:
 1. silver parses and validates the Kafka records once, and finds the valid events that the
    events table does not hold yet (as the silver job does with the raw table's new rows);

@@ -2,8 +2,9 @@
 
 Generic over streams: the stream's events module parses and validates (`parse_events`, `KEY`),
 its state module says what the current state is (`current_state`, `is_newer`, `KEY`). Each
-micro-batch is parsed once, then written up to three times, each write tagged by the shared sink
-with Delta's transaction ids, so a replayed batch changes nothing, not even a table version:
+micro-batch is parsed once, then written up to three times, each write made once per batch by
+the shared sink (Delta's transaction ids on the MERGEs, the batch its commit records for the
+append), so a replayed batch changes nothing, not even a table version:
 - invalid records are appended to the quarantine table with their reason, and so are those
   whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
   added at any time: both read from the table's metadata each batch);

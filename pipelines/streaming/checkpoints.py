@@ -32,6 +32,18 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> dict
     return _offsets_in(Path(checkpoint) / "offsets" / str(batch_id), topic)
 
 
+def batch_time_ms(checkpoint: str | Path, batch_id: int) -> int | None:
+    """When Spark planned a batch (`batchTimestampMs` of `offsets/<batch_id>`, the driver's clock;
+    a rebuilt checkpoint keeps it): none of the batch's writes is older. None without the file."""
+    file = Path(checkpoint) / "offsets" / str(batch_id)
+    if not file.exists():
+        return None
+    for line in file.read_text(errors="replace").splitlines():
+        if '"batchTimestampMs"' in line:
+            return int(json.loads(line.strip().lstrip("\x00"))["batchTimestampMs"])
+    return None
+
+
 def initial_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
     """Where the query first started reading (`sources/0/0`, written by the Kafka source)."""
     return _offsets_in(Path(checkpoint) / "sources" / "0" / "0", topic)
@@ -79,7 +91,7 @@ def batch_record(checkpoint: str | Path, batch_id: int) -> dict[str, object]:
 
 def rebuild(checkpoint: str | Path, record: dict) -> None:
     """A checkpoint in which the recorded batch is next, under its own query id: its writes that
-    committed are skipped (their transaction ids match), the others are done."""
+    committed are skipped (the tables' commits record the batch), the others are done."""
     ck, batch = Path(checkpoint), int(record["batch"])
     for folder in ("offsets", "commits"):
         (ck / folder).mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipelines.config import GoldConf, SilverConf
+from pipelines.errors import JobFailedError
 from pipelines.streaming import checkpoints
 
 log = logging.getLogger("lakehouse.delta")
@@ -39,12 +40,13 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 @contextmanager
 def idempotent_txn(
-    spark: SparkSession, app_id: str, version: int, metadata: str | None = None
+    spark: SparkSession, app_id: str | None, version: int, metadata: str | None = None
 ) -> Iterator[None]:
     """Tag the Delta writes (MERGE included) inside with (app_id, version); Delta skips a
-    version it already committed for that app id. `metadata` goes to the commits' userMetadata.
-    The confs never outlive the block."""
-    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: metadata}
+    version it already committed for that app id. `metadata` goes to the commits' userMetadata
+    (alone if `app_id` is None). The confs never outlive the block."""
+    tags = {TXN_APP_ID: app_id, TXN_VERSION: str(version)} if app_id is not None else {}
+    confs = {TXN_APP_ID: None, TXN_VERSION: None, **tags, USER_METADATA: metadata}
     for key, value in confs.items():
         if value is not None:
             spark.conf.set(key, value)
@@ -71,10 +73,41 @@ def has_log(spark: SparkSession, path: str) -> bool:
     return bool(log.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log))
 
 
-def committed_txn(spark: SparkSession, path: str, app_id: str) -> int | None:
-    """The newest version the writer `app_id` committed to the table at `path`, if any."""
-    found = snapshot(spark, path).transactions().get(app_id)
-    return found.get() if found.isDefined() else None
+def newest_tagged_batch(
+    spark: SparkSession, path: str, query: str, since_ms: int | None
+) -> int | None:
+    """The newest batch of the streaming query `query` that the table at `path` recorded: the
+    batch record in its commits' `userMetadata`, read newest commit first, without a Spark job.
+    Commits made before `since_ms` are not read (None: every commit); None: no such commit.
+
+    Unlike Delta's own transaction ids (`Snapshot.setTransactions`), this does not reconstruct
+    the table's state: a few small files, not three Spark jobs."""
+    found = snapshot(spark, path)
+    version, log = found.version(), found.deltaLog()
+    store, hadoop = log.store(), spark._jsc.hadoopConfiguration()
+    while version >= 0:
+        file = spark._jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+        if not file.getFileSystem(hadoop).exists(file):
+            raise JobFailedError(
+                f"cannot tell whether query {query} committed its batch to {path}: the table's "
+                f"log no longer holds version {version} (cleaned up); a re-run could duplicate it"
+            )
+        info = _commit_info(store.read(file, hadoop).mkString("\n"))
+        record = json.loads(info.get("userMetadata") or "{}")
+        if isinstance(record, dict) and record.get("query") == query and "batch" in record:
+            return int(record["batch"])
+        if since_ms is not None and info.get("timestamp", since_ms) < since_ms:
+            return None
+        version -= 1
+    return None
+
+
+def _commit_info(commit: str) -> dict:
+    """The commitInfo action of a Delta commit file's text ({} if it has none)."""
+    for line in commit.splitlines():
+        if line.startswith('{"commitInfo"'):
+            return json.loads(line)["commitInfo"]
+    return {}
 
 
 def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:

@@ -1,10 +1,16 @@
 """The one foreachBatch sink every layer plugs into: idempotent, retried, and stoppable.
 
 Written once for every layer: the stop guard (a batch that starts after a stop request writes
-nothing), the checkpoint's query id, Delta's transaction tags on every write (`txnAppId` = table
-and query id, `txnVersion` = batch id, set through the session confs and unset after, so a
-replayed batch changes nothing, not even a table version), the retry on write conflicts, and the
-cached frames of a batch, unpersisted whatever happens. A layer writes only `write_batch`.
+nothing), the checkpoint's query id, a replayed batch changing nothing (not even a table
+version), the retry on write conflicts, and the cached frames of a batch, unpersisted whatever
+happens. A layer writes only `write_batch`.
+
+Every write's commit records its batch (`userMetadata`: query id, batch id, Spark's offsets). A
+MERGE is also tagged with Delta's transaction ids (`txnAppId` = table and query id, `txnVersion`
+= batch id, set through the session confs and unset after): Delta skips it in a replay. An append
+is not: Delta's lookup of those ids rebuilds the table's state (three Spark jobs, ~0.4 s, that a
+MERGE pays anyway for its scan); the sink finds a committed append in the table's newest commits
+instead (`committed`: the log's last files, read no further back than the batch's planning).
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints
-from pipelines.streaming.delta import committed_txn, idempotent_txn, retry_on_conflict
+from pipelines.streaming.delta import idempotent_txn, newest_tagged_batch, retry_on_conflict
 
 log = logging.getLogger("lakehouse.batch")
 
 # Set when this driver was asked to stop: sinks refuse to start a new micro-batch from then on.
 STOPPING = threading.Event()
+
+
+# A replay looks for its commits (back to the newest one of its query) no further back than its
+# batch's planning time less this: room for a clock set back, or another writer's clock behind.
+CLOCK_MARGIN_MS = 60 * 60 * 1000
 
 
 class StopRequested(RuntimeError):
@@ -116,18 +127,26 @@ class IdempotentSink:
         """The writer id of this query's transactions on `table`."""
         return f"{table}:{self.query_id()}"
 
-    def committed(self, table: str, path: str, batch_id: int) -> bool:
-        """Whether this batch's write to `table` is committed already: the batch is a replay."""
-        version = committed_txn(self.spark, path, self.app_id(table))
-        return version is not None and version >= batch_id
+    def committed(self, path: str, batch_id: int) -> bool:
+        """Whether this batch's write to the table at `path` is committed already (the batch is
+        a replay): the newest commit of this query in the table, if no older than the batch's
+        planning, records it."""
+        planned = checkpoints.batch_time_ms(self.checkpoint, batch_id)
+        since = None if planned is None else planned - CLOCK_MARGIN_MS
+        found = newest_tagged_batch(self.spark, path, self.query_id(), since)
+        return found is not None and found >= batch_id
 
-    def transaction(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
-        """Run `write` (an append or a MERGE into `table`) tagged with this batch's transaction
-        ids, retried on write conflicts; Delta skips it if this batch already committed it. Any
-        other failure stops the job with one line naming the table, the batch and the cause."""
+    def transaction(
+        self, table: str, batch_id: int, write: Callable[[], object], *, txn_ids: bool = True
+    ) -> None:
+        """Run `write` (an append or a MERGE into `table`) recording this batch in its commit,
+        tagged with this batch's transaction ids (Delta skips it if this batch committed it) if
+        `txn_ids`, retried on write conflicts. Any other failure stops the job with one line
+        naming the table, the batch and the cause."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
         record = json.dumps(checkpoints.batch_record(self.checkpoint, batch_id))
-        tagged = idempotent_txn(self.spark, self.app_id(table), batch_id, record)(write)
+        app_id = self.app_id(table) if txn_ids else None
+        tagged = idempotent_txn(self.spark, app_id, batch_id, record)(write)
         try:
             with self.step(table):
                 retry_on_conflict(tagged, what=table)
@@ -139,7 +158,14 @@ class IdempotentSink:
             ) from e
 
     def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
-        """Append `df` to the Delta table at `path` once per batch."""
+        """Append `df` to the Delta table at `path` once per batch (a replay whose append
+        committed skips it)."""
+        with self.step(table):
+            if self.committed(path, batch_id):
+                return
         self.transaction(
-            table, batch_id, lambda: df.write.format("delta").mode("append").save(path)
+            table,
+            batch_id,
+            lambda: df.write.format("delta").mode("append").save(path),
+            txn_ids=False,
         )

@@ -37,3 +37,50 @@ def test_txn_confs_are_set_inside_and_gone_after_even_on_error(spark):
     with pytest.raises(RuntimeError), idempotent_txn(spark, "x", 1):
         raise RuntimeError("boom")
     assert spark.conf.get(TXN_VERSION, None) is None
+
+
+def test_an_append_is_found_by_the_batch_its_commit_records_and_a_replay_appends_nothing(
+    spark, tmp_path
+):
+    """The batch record in the commits says which batch of a query a table holds, newest first,
+    no further back than asked; a replayed append commits nothing, the next batch appends."""
+    import json
+    import time
+
+    from pipelines.errors import JobFailedError
+    from pipelines.streaming.delta import newest_tagged_batch
+    from pipelines.streaming.sink import IdempotentSink
+
+    path = str(tmp_path / "t")
+    rows = spark.range(2).selectExpr("id", "'x' AS v")
+    for query, batch in [("q1", 0), ("q2", 5), ("q1", 1), (None, None)]:
+        with idempotent_txn(spark, None, 0, query and json.dumps({"query": query, "batch": batch})):
+            rows.write.format("delta").mode("append").save(path)
+    assert spark.conf.get(TXN_APP_ID, None) is None
+    assert newest_tagged_batch(spark, path, "q1", None) == 1
+    assert newest_tagged_batch(spark, path, "q2", None) == 5
+    assert newest_tagged_batch(spark, path, "q3", None) is None
+    later = int(time.time() * 1000) + 60_000  # every commit is older: none is read past the first
+    assert newest_tagged_batch(spark, path, "q1", later) is None
+
+    class Sink(IdempotentSink):
+        def write_batch(self, batch, batch_id):
+            self.append(batch, "t", path, batch_id)
+
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"q1"}\n')
+    sink = Sink(str(checkpoint))
+    versions = lambda: spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()  # noqa: E731
+    sink(rows, 1)  # a replay of batch 1: committed already
+    assert versions() == 4
+    sink(rows, 2)  # the next batch: appended
+    assert versions() == 5
+    assert newest_tagged_batch(spark, path, "q1", None) == 2
+    sink(rows, 2)  # again: a replay
+    assert (versions(), spark.read.format("delta").load(path).count()) == (5, 10)
+
+    delta.snapshot(spark, path).deltaLog().checkpoint()
+    (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").unlink()  # the log, cleaned up
+    with pytest.raises(JobFailedError, match="no longer holds version 0"):
+        newest_tagged_batch(spark, path, "q3", None)
