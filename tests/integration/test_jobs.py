@@ -163,13 +163,17 @@ def _checkpoint_batches(checkpoint: str) -> tuple[int, int]:
 
 
 def _txn_versions(table: str) -> list[int]:
-    """The txn versions (batch ids) of every idempotent write in a Delta table's log."""
+    """The batch ids of every idempotent write in a Delta table's log: the batch its commit
+    records (appends and MERGEs), and a MERGE's txn version."""
     versions = []
     for f in Path(table, "_delta_log").glob("*.json"):
         for line in f.read_text().splitlines():
             action = json.loads(line)
             if "txn" in action:
                 versions.append(action["txn"]["version"])
+            record = json.loads(action.get("commitInfo", {}).get("userMetadata") or "{}")
+            if "batch" in record:
+                versions.append(record["batch"])
     return versions
 
 
