@@ -209,10 +209,13 @@ class UpsertGold(IdempotentSink):
         """The partial aggregates of the on-time events, the events kept out of them (with a
         `_reason`): those falling in a window row (by time and group) whose values, added to the
         table's, would not fit their columns; they are kept out of every table. Decided once per
-        batch; a replay reads the decision back. Third: the value ranges of the tables once the
+        batch; a replay (any write of the batch committed) reads the decision back. Third: the value ranges of the tables once the
         partials are added (`ranges`: before), if the cheap proof gave them, else None."""
         out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
-        replay = self.committed(self.tables.late, batch_id)
+        # the batch ran before if any of its writes committed: an empty late append commits
+        # nothing (Delta skips empty commits), a MERGE of the same batch may have
+        written = [self.tables.late, *self.tables.aggregates.values()]
+        replay = any(self.committed(path, batch_id) for path in written)
         if replay:
             late = spark.read.format("delta").load(self.tables.late)
             done = late.where(F.col("reason").startswith(TOO_BIG)).select(self.key, "reason")
