@@ -47,12 +47,16 @@ REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
 
 
 def delta_commits(table: str) -> Iterator[dict]:
-    """Every commit of a Delta table: version, commit time (ms), txn ids, added file names."""
+    """Every commit of a Delta table: version, commit time (ms), txn ids, the batch its
+    `userMetadata` records (None if none), added file names."""
     for f in sorted(Path(table, "_delta_log").glob("*.json")):
         actions = [json.loads(line) for line in f.read_text().splitlines()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        record = json.loads(info.get("userMetadata") or "{}")
         yield {
             "version": int(f.stem),
-            "ms": next(a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a),
+            "ms": info["timestamp"],
+            "batch": record.get("batch") if isinstance(record, dict) else None,
             "files": [a["add"]["path"].rsplit("/", 1)[-1] for a in actions if "add" in a],
             "txn": [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a],
         }

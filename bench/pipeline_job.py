@@ -96,10 +96,9 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
     raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
     batch_of_file = spark.createDataFrame(
         [
-            (name, batch)
+            (name, c["batch"])  # the batch its commit records (appends carry no txn ids)
             for c in delta_commits(raw)
-            for app_id, batch in c["txn"]
-            if app_id.startswith(f"{stream.bronze_table}:")
+            if c["batch"] is not None
             for name in c["files"]
         ],
         "file string, batch bigint",
