@@ -209,8 +209,9 @@ class UpsertGold(IdempotentSink):
         """The partial aggregates of the on-time events, the events kept out of them (with a
         `_reason`): those falling in a window row (by time and group) whose values, added to the
         table's, would not fit their columns; they are kept out of every table. Decided once per
-        batch; a replay (any write of the batch committed) reads the decision back. Third: the value ranges of the tables once the
-        partials are added (`ranges`: before), if the cheap proof gave them, else None."""
+        batch; a replay (any write of the batch committed) reads the decision back. Third: the
+        value ranges of the tables once the partials are added (`ranges`: before), if the cheap
+        proof gave them, else None."""
         out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
         # the batch ran before if any of its writes committed: an empty late append commits
         # nothing (Delta skips empty commits), a MERGE of the same batch may have

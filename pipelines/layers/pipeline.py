@@ -3,8 +3,9 @@ silver and gold, instead of three queries each waiting for the previous one's co
 
 Each table is still written exactly once per batch, each commit recording the batch (this
 query's id, the batch id; a MERGE also under its own Delta transaction ids), so a batch re-run
-after a crash skips every write that committed and does the others, in any order. The writes go in the order that makes gold fresh
-soonest, since a gold row is what users wait for; per micro-batch:
+after a crash skips every write that committed and does the others, in any order. The writes
+go in the order that makes gold fresh soonest, since a gold row is what users wait for; per
+micro-batch:
 1. silver parses and validates the Kafka records once, and finds the valid events that the
    events table does not hold yet (as the silver job does with the raw table's new rows);
 2. gold: those events are windowed and added to the gold tables (as the gold job does with the
