@@ -4,9 +4,7 @@ declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITE
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Mapping
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -121,21 +119,3 @@ def new_events(
     if bounds is not None:
         stored = stored.where(bounds)
     return events.join(stored.select(*on), on, "left_anti")
-
-
-def new_events_condition(
-    key: str,
-    partition: str | None,
-    partitions: list,
-    lo=None,
-    hi=None,
-    target: str = "t",
-    source: str = "s",
-) -> Column:
-    """MERGE condition matching an event already stored, within the batch's `stored_bounds`."""
-    on = [key, partition] if partition else [key]
-    condition = reduce(
-        operator.and_, [F.col(f"{target}.{c}") == F.col(f"{source}.{c}") for c in on]
-    )
-    bounds = stored_bounds(key, partition, partitions, lo, hi, target)
-    return condition if bounds is None else condition & bounds

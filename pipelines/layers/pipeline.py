@@ -10,14 +10,13 @@ micro-batch:
    events table does not hold yet (as the silver job does with the raw table's new rows);
 2. gold: those events are windowed and added to the gold tables (as the gold job does with the
    events table's new rows);
-3. silver events: the batch's valid events are MERGEd insert-only into the events table,
-   which inserts those same events;
+3. silver events: those same events are appended to the events table;
 4. bronze: the Kafka records are appended to the raw table (as the bronze job does);
 5. silver state and quarantine: the batch's newest versions MERGEd into the state table, its
    invalid records appended to the quarantine.
 The new events are found before any of the batch's writes and the events table changes only in
 step 3, so a re-run of the batch finds the same events until it has stored them, and by then its
-gold writes committed (Delta skips them).
+gold writes committed (a re-run skips them).
 A write that fails stops the batch where it is: nothing later in the batch is written, nor is
 the batch committed to the checkpoint, so ingestion stops with it (bronze included: a batch is
 landed in bronze only once gold has it) and the restarted query runs the same batch again,
@@ -72,7 +71,7 @@ class Pipeline(IdempotentSink):
         new = self.silver.new_events(parsed)
         if self.gold is not None and new is not None:
             self.gold.write_batch(new, batch_id)
-        self.silver.write_events(parsed, batch_id)
+        self.silver.write_events(new, batch_id)
         self.bronze.write_batch(batch, batch_id)
         self.silver.write_state(parsed, batch_id)
         self.silver.write_quarantine(parsed, batch_id)

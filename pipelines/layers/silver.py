@@ -8,10 +8,13 @@ append), so a replayed batch changes nothing, not even a table version:
 - invalid records are appended to the quarantine table with their reason, and so are those
   whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
   added at any time: both read from the table's metadata each batch);
-- valid events, deduplicated within the batch, are MERGEd insert-only into the events table on
-  their key (pruned to the event's partition and the batch's key range): an event is stored once
-  however late its re-delivery comes, with no streaming state to grow; the pipeline job finds
-  them first (`new_events`, the same check) for gold, which it writes before this MERGE;
+- valid events, deduplicated within the batch, that the events table does not hold yet (an
+  anti-join on their key, pruned to the event's partition and the batch's key range) are
+  appended to it: an event is stored once however late its re-delivery comes, with no streaming
+  state to grow. The check is read before the batch's writes and the append is the batch's only
+  write to the table, so a re-run finds the same events until the append commits; the pipeline
+  job hands them to gold first, which it writes before this append. A table has one writer (the
+  job holding its checkpoint's lease): nothing else inserts keys between the check and the append;
 - the newest version per state key in the batch is MERGEd into the state table, replacing a row
   only with a newer version (for orders: higher seq; ties: later event_time, then greater event_id).
 """
@@ -31,7 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
-from pipelines.streaming.delta import start_delta_to_batches
+from pipelines.streaming.delta import read_pinned, start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import (
@@ -46,7 +49,6 @@ from silver.events import (
     dedupe_events,
     key_condition,
     new_events,
-    new_events_condition,
     refused_reason,
 )
 from silver.quarantine import quarantined_records
@@ -121,7 +123,7 @@ class UpsertSilver(IdempotentSink):
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         parsed = self.parse(batch)
         self.write_quarantine(parsed, batch_id)
-        self.write_events(parsed, batch_id)
+        self.write_events(self.new_events(parsed, cache=False), batch_id)
         self.write_state(parsed, batch_id)
 
     def parse(self, batch: DataFrame) -> ParsedBatch:
@@ -141,14 +143,14 @@ class UpsertSilver(IdempotentSink):
             name = self.tables.names[2]  # events, state, quarantine
             self.append(quarantine, name, self.tables.quarantine, batch_id)
 
-    def new_events(self, batch: ParsedBatch) -> DataFrame | None:
+    def new_events(self, batch: ParsedBatch, *, cache: bool = True) -> DataFrame | None:
         """The batch's valid events that the events table does not hold yet (cached until the
-        batch ends), or None if the batch has no valid event. Read before the batch writes the
-        events table, so a re-run of the batch before that write finds the same events."""
+        batch ends if `cache`), or None if the batch has no valid event. Read before the batch
+        writes the events table, so a re-run of the batch before that write finds the same events."""
         keys, key = batch.keys, self.events.KEY
         if not keys["valid_records"]:
             return None
-        stored = self.spark.read.format("delta").load(self.tables.events)
+        stored = read_pinned(self.spark, self.tables.events)  # not re-planned by the append
         found = new_events(
             batch.events,
             stored,
@@ -158,27 +160,12 @@ class UpsertSilver(IdempotentSink):
             keys["min_key"],
             keys["max_key"],
         )
-        return self.cache(found)
+        return self.cache(found) if cache else found
 
-    def write_events(self, batch: ParsedBatch, batch_id: int) -> None:
-        """MERGE the batch's valid events, insert-only, into the events table."""
-        keys, key = batch.keys, self.events.KEY
-        if not keys["valid_records"]:
-            return
-        condition = new_events_condition(
-            key, self.partition, keys["partitions"], keys["min_key"], keys["max_key"]
-        )
-        self.transaction(
-            self.tables.names[0],
-            batch_id,
-            lambda: (
-                DeltaTable.forPath(self.spark, self.tables.events)
-                .alias("t")
-                .merge(batch.events.alias("s"), condition)
-                .whenNotMatchedInsertAll()
-                .execute()
-            ),
-        )
+    def write_events(self, new: DataFrame | None, batch_id: int) -> None:
+        """Append the batch's new events (`new_events`) to the events table, once per batch."""
+        if new is not None:
+            self.append(new, self.tables.names[0], self.tables.events, batch_id)
 
     def write_state(self, batch: ParsedBatch, batch_id: int) -> None:
         """MERGE the newest version per state key in the batch into the state table."""

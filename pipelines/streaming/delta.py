@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from delta import exceptions
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.config import GoldConf, SilverConf
 from pipelines.errors import JobFailedError
@@ -63,6 +63,15 @@ def snapshot(spark: SparkSession, path: str):
     jvm = spark._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+
+def read_pinned(spark: SparkSession, path: str) -> DataFrame:
+    """The table at `path` as of its newest version, pinned to it (a time-travel read). A frame
+    over it stays what it was when the batch's own write commits to the table, and Spark does not
+    re-plan it then: after every write Spark re-caches each cached frame that reads the written
+    table (for Delta a file listing and a state reconstruction of the new version, ~1 s)."""
+    version = snapshot(spark, path).version()
+    return spark.read.format("delta").option("versionAsOf", version).load(path)
 
 
 def has_log(spark: SparkSession, path: str) -> bool:

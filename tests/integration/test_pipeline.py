@@ -47,7 +47,7 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
     reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     seed_dimensions(spark, reference)
     # 5 batches of 200 records: bronze writes 4 files a batch, which silver takes as one batch,
-    # whose events MERGE writes one file, which gold takes as one batch
+    # whose events append writes one file, which gold takes as one batch
     env = subprocess_env(
         lake, JAVA_TOOL_OPTIONS="", LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="200"
     )

@@ -84,3 +84,20 @@ def test_an_append_is_found_by_the_batch_its_commit_records_and_a_replay_appends
     (tmp_path / "t" / "_delta_log" / f"{0:020d}.json").unlink()  # the log, cleaned up
     with pytest.raises(JobFailedError, match="no longer holds version 0"):
         newest_tagged_batch(spark, path, "q3", None)
+
+
+def test_a_cached_pinned_read_stays_as_it_was_when_its_table_is_written(spark, tmp_path):
+    """Spark re-plans every cached frame that reads a table it writes (the plain read sees the
+    new rows); a frame over `read_pinned` keeps the version it was read at, and is not re-planned."""
+    path = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(path)
+    pinned = delta.read_pinned(spark, path).persist()
+    plain = spark.read.format("delta").load(path).persist()
+    try:
+        assert (pinned.count(), plain.count()) == (3, 3)
+        spark.range(3, 5).write.format("delta").mode("append").save(path)
+        assert (pinned.count(), plain.count()) == (3, 5)
+        assert sorted(r.id for r in pinned.collect()) == [0, 1, 2]
+    finally:
+        pinned.unpersist()
+        plain.unpersist()
