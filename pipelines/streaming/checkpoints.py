@@ -56,6 +56,16 @@ def batch_start_offsets(checkpoint: str | Path, batch_id: int, topic: str) -> di
     return batch_end_offsets(checkpoint, batch_id - 1, topic)
 
 
+def batch_offsets_read(checkpoint: str | Path, batch_id: int, topic: str) -> int | None:
+    """How many offsets a batch read (end - start over the partitions: an upper bound on its
+    records), from the checkpoint alone; None if its files do not say."""
+    start = batch_start_offsets(checkpoint, batch_id, topic)
+    end = batch_end_offsets(checkpoint, batch_id, topic)
+    if start is None or end is None:
+        return None
+    return sum(max(0, o - start.get(p, 0)) for p, o in end.items())
+
+
 def resume_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
     """Where a restart from this checkpoint reads next, per partition; None without offsets.
 

@@ -32,6 +32,15 @@ def test_resume_from_the_initial_offsets_when_nothing_committed(tmp_path):
 
 def test_no_checkpoint_means_no_offsets(tmp_path):
     assert checkpoints.resume_offsets(tmp_path / "missing", "t") is None
+    assert checkpoints.batch_offsets_read(tmp_path / "missing", 0, "t") is None
+
+
+def test_a_batch_read_the_offsets_between_its_start_and_its_end(tmp_path):
+    # partition 2 appears in batch 1 (read from 0); batch 0 starts at the initial offsets
+    make_checkpoint(tmp_path, {0: {"0": 5, "1": 2}, 1: {"0": 9, "1": 2, "2": 4}}, [0], {"0": 3})
+    assert checkpoints.batch_offsets_read(tmp_path, 0, "t") == 2 + 2
+    assert checkpoints.batch_offsets_read(tmp_path, 1, "t") == 4 + 0 + 4
+    assert checkpoints.batch_offsets_read(tmp_path, 2, "t") is None
 
 
 def test_lag_sums_offsets_behind_over_partitions():

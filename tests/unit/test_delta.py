@@ -101,3 +101,16 @@ def test_a_cached_pinned_read_stays_as_it_was_when_its_table_is_written(spark, t
     finally:
         pinned.unpersist()
         plain.unpersist()
+
+
+def test_session_confs_hold_inside_the_block_and_what_was_there_comes_back(spark):
+    from pipelines.streaming.spark import COMPILED, FACTORY_MODE, INTERPRETED, session_confs
+
+    assert spark.conf.get(FACTORY_MODE, None) is None
+    with pytest.raises(RuntimeError), session_confs(spark, INTERPRETED):
+        assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
+        with session_confs(spark, COMPILED):
+            assert spark.conf.get(FACTORY_MODE) == "FALLBACK"
+        assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
+        raise RuntimeError("a failed write")
+    assert spark.conf.get(FACTORY_MODE, None) is None
