@@ -12,8 +12,12 @@ micro-batch:
    events table's new rows);
 3. silver events: those same events are appended to the events table;
 4. bronze: the Kafka records are appended to the raw table (as the bronze job does);
-5. silver state and quarantine: the batch's newest versions MERGEd into the state table, its
-   invalid records appended to the quarantine.
+5. quarantine: the batch's invalid records are appended to the quarantine table.
+The state table (a MERGE of each order's newest version, the batch's costliest write) is not on
+that path: a second query of the same application MERGEs the events table's new rows into it
+every `pipeline.state_trigger_interval` (`silver.UpsertState`), with its own checkpoint and its
+commits recording what of the events table it consumed, so the state table trails the events
+table by up to that interval. A run with `--once` runs it to the end after the pipeline query.
 The new events are found before any of the batch's writes and the events table changes only in
 step 3, so a re-run of the batch finds the same events until it has stored them, and by then its
 gold writes committed (a re-run skips them).
@@ -30,6 +34,7 @@ is run either by the pipeline or by the three jobs (their checkpoints differ).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -40,7 +45,7 @@ from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import recover_checkpoint
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
-from pipelines.streaming.spark import COMPILED, FACTORY_MODE, INTERPRETED, session_confs
+from pipelines.streaming.spark import FACTORY_MODE, INTERPRETED, session_confs
 
 # Up to this many offsets a batch runs interpreted projections (measured: faster up to 60,000).
 SMALL_BATCH = 60_000
@@ -56,8 +61,17 @@ class Pipeline(IdempotentSink):
         self.bronze = bronze.AppendRawRecords(
             conf, stream, replace(bronze.bronze_tables(conf, stream), checkpoint=ck)
         )
-        self.silver = silver.UpsertSilver(
-            replace(silver.silver_tables(conf, stream), checkpoint=ck)
+        silver_tables = silver.silver_tables(conf, stream)
+        self.silver = silver.UpsertSilver(replace(silver_tables, checkpoint=ck))
+        # the state table follows the events table in a query of its own (`start_state`)
+        self.state = (
+            silver.UpsertState(
+                replace(
+                    silver_tables, checkpoint=conf.checkpoint_path(f"pipeline/{stream_name}-state")
+                )
+            )
+            if silver_tables.state
+            else None
         )
         self.gold = (
             gold.UpsertGold(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
@@ -73,8 +87,8 @@ class Pipeline(IdempotentSink):
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         for layer in self.layers:
             layer.spark = self.spark
-        # a small batch runs interpreted projections (`INTERPRETED`), its state MERGE compiled;
-        # unless the session sets the mode itself
+        # a small batch runs interpreted projections (`INTERPRETED`), unless the session sets
+        # the mode itself; the state query (its own session) stays compiled
         offsets = checkpoints.batch_offsets_read(self.checkpoint, batch_id, self.topic)
         small = offsets is not None and offsets <= SMALL_BATCH
         small = small and self.spark.conf.get(FACTORY_MODE, None) is None
@@ -85,14 +99,12 @@ class Pipeline(IdempotentSink):
                 self.gold.write_batch(new, batch_id)
             self.silver.write_events(new, batch_id)
             self.bronze.write_batch(batch, batch_id)
-            with session_confs(self.spark, COMPILED if small else {}):
-                self.silver.write_state(parsed, batch_id)
             self.silver.write_quarantine(parsed, batch_id)
 
     def written(self) -> list[str]:
         """Every table the pipeline writes: a lost checkpoint is rebuilt from their records."""
         b, s = self.bronze.tables, self.silver.tables
-        tables = [b.raw, s.events, s.quarantine, *([s.state] if s.state else [])]
+        tables = [b.raw, s.events, s.quarantine]
         if self.gold is not None:
             g = self.gold.tables
             tables += [*g.aggregates.values(), g.late, g.high_water]
@@ -135,10 +147,23 @@ def run_pipeline(
     once: bool = False,
     progress: bool = True,
 ) -> StreamingQuery:
-    """Run the pipeline until done (`once`) or until SIGINT/SIGTERM."""
+    """Run the pipeline until done (`once`) or until SIGINT/SIGTERM, with the query that MERGEs
+    the events table's new rows into the state table beside it (continuous) or after it (`once`:
+    the state table then holds every event the run stored)."""
     sink = Pipeline(conf, stream_name)
     stream = conf.stream(stream_name)
-    return run_query(
+    state, companion = sink.state, None
+    if state is not None:
+        what = f"silver state from {state.tables.events} into {state.tables.state}"
+        start_state = partial(
+            silver.start_state,
+            spark,
+            conf,
+            state,
+            trigger_interval=conf.pipeline.state_trigger_interval,
+        )
+        companion = None if once else (partial(start_state, once=False), state, what)
+    query = run_query(
         spark,
         conf,
         lambda: start_pipeline(spark, conf, stream_name, sink, once=once),
@@ -146,4 +171,16 @@ def run_pipeline(
         name="pipeline",
         what=f"pipeline of topic {stream.topic!r} from {conf.kafka.bootstrap_servers}",
         progress=progress,
+        companion=companion,
     )
+    if once and state is not None:
+        run_query(
+            spark,
+            conf,
+            partial(start_state, once=True),
+            state,
+            name="pipeline state",
+            what=what,
+            progress=progress,
+        )
+    return query

@@ -33,7 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 import silver.quarantine
 from bronze.ddl import column_names
-from pipelines.config import InvalidConfigError, LakehouseConf, StreamConf
+from pipelines.config import InvalidConfigError, LakehouseConf, SilverConf, StreamConf
 from pipelines.streaming.delta import read_pinned, start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
@@ -172,8 +172,13 @@ class UpsertSilver(IdempotentSink):
         keys = batch.keys
         if self.state is None or not keys["valid_records"]:
             return
-        current = self.state.current_state(batch.events)
-        bounds = key_condition(self.state.KEY, keys["min_state_key"], keys["max_state_key"])
+        self.merge_state(batch.events, keys["min_state_key"], keys["max_state_key"], batch_id)
+
+    def merge_state(self, events: DataFrame, low, high, batch_id: int) -> None:
+        """MERGE the newest version per state key of `events` (state keys from `low` to `high`)
+        into the state table, replacing a row only with a newer version."""
+        current = self.state.current_state(events)
+        bounds = key_condition(self.state.KEY, low, high)
         self.transaction(
             self.tables.names[1],
             batch_id,
@@ -203,6 +208,42 @@ class UpsertSilver(IdempotentSink):
             checks = {n: e for n, e in checks.items() if _resolves(typed, e)}
             reasons.append(refused_reason(name, not_null, checks, partial(_tried, spark)))
         return typed.withColumn("reason", F.coalesce("reason", *reasons)).drop(*as_state)
+
+
+class UpsertState(UpsertSilver):
+    """foreachBatch sink of the events table's new rows: their newest version per state key
+    MERGEd into the state table. The pipeline job runs it as a query of its own beside the one
+    that carries Kafka records to gold, so that a micro-batch's path to gold does not wait for
+    the state MERGE: the state table follows the events table a trigger behind, and knows what
+    it consumed of it (its commits record the events table's offsets, as every layer's do)."""
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        key = F.col(self.state.KEY)
+        bounds = batch.agg(F.min(key).alias("low"), F.max(key).alias("high")).first()
+        if bounds["low"] is not None:
+            self.merge_state(batch, bounds["low"], bounds["high"], batch_id)
+
+
+def start_state(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    sink: UpsertState,
+    *,
+    once: bool,
+    trigger_interval: str,
+) -> StreamingQuery:
+    """Start the query that MERGEs the events table's new rows into the state table."""
+    tables = sink.tables
+    return start_delta_to_batches(
+        spark,
+        tables.events,
+        sink,
+        name=f"silver_{tables.names[1].split('/')[-1]}_state",
+        checkpoint=tables.checkpoint,
+        layer=SilverConf(trigger_interval=trigger_interval, max_files_per_trigger=None),
+        once=once,
+        written=[tables.state],
+    )
 
 
 def _tried(spark: SparkSession, expression: str) -> Column:

@@ -48,6 +48,7 @@ def run_query(
     what: str,
     progress: bool,
     explain: Callable[[StreamingQueryException], Exception | None] = lambda e: None,
+    companion: tuple[Callable[[], StreamingQuery], IdempotentSink, str] | None = None,
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
@@ -56,6 +57,9 @@ def run_query(
     refuses it), and the query is stopped only while no trigger is active. A failure raised in
     the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
     (or the error `explain` makes of it). Returns the finished query.
+
+    A `companion` (start, sink, what) is a second query started after the first, under its own
+    checkpoint lease, and stopped with it the same way; its failure stops both, named by `what`.
     """
     console = ConsoleProgress(name, quiet=not progress, steps=sink.timings)
     progress_table = ProgressTable(spark, conf) if conf.progress_table.enabled else None
@@ -77,6 +81,8 @@ def run_query(
         stop_requested.set()
 
     lease = CheckpointLease(spark, sink.checkpoint, f"the {name} job").__enter__()
+    leases = [lease]
+    side: StreamingQuery | None = None
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -87,24 +93,35 @@ def run_query(
         if previous:
             restore_jvm = _jvm_ignores_sigterm()
         console.say(f"query {query.name} started (id {query.id})")
+        if companion is not None:
+            start_side, side_sink, side_what = companion
+            leases.append(
+                CheckpointLease(spark, side_sink.checkpoint, f"the {name} job").__enter__()
+            )
+            side = start_side()
+            console.say(f"query {side.name} started (id {side.id})")
         try:  # a batch its sink refused after a stop request ends the query: a clean stop
             while query.isActive and not stop_requested.is_set():
                 query.awaitTermination(1)
                 report(query)
                 try:
-                    lease.renew()
+                    for held in leases:
+                        held.renew()
                 except CheckpointInUseError:  # another job took the checkpoint over: leave it
                     query.stop()
                     raise
+                if side is not None and not side.isActive:
+                    _stop_between_batches(query)
+                    _raise_failure(side, side_sink, side_what)
             if stop_requested.is_set():
-                # Spark's stop() interrupts a running batch: wait until none is running
-                while query.isActive and query.status["isTriggerActive"]:
-                    query.awaitTermination(0.1)
-                query.stop()
+                _stop_between_batches(query)
             query.awaitTermination()
         except StreamingQueryException:
             if not isinstance(sink.failure, StopRequested):
                 raise
+        finally:
+            if side is not None and side.isActive:
+                _stop_between_batches(side)
         report(query)
         console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query
@@ -113,13 +130,32 @@ def run_query(
             raise sink.failure from None
         raise explain(e) or JobFailedError(f"{what} failed: {first_line(str(e))}") from None
     finally:
-        lease.__exit__()
+        for held in reversed(leases):
+            held.__exit__()
         if progress_table is not None:
             progress_table.flush()
         restore_jvm()
         STOPPING.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stop_between_batches(query: StreamingQuery) -> None:
+    """Stop a query once no batch is running (Spark's stop() interrupts a running batch)."""
+    while query.isActive and query.status["isTriggerActive"]:
+        query.awaitTermination(0.1)
+    query.stop()
+
+
+def _raise_failure(query: StreamingQuery, sink: IdempotentSink, what: str) -> None:
+    """A query that ended by itself: raise what stopped it, named by `what`."""
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as e:
+        if isinstance(sink.failure, LakehouseError):
+            raise sink.failure from None
+        raise JobFailedError(f"{what} failed: {first_line(str(e))}") from None
+    raise JobFailedError(f"{what} stopped")
 
 
 def first_line(message: str, limit: int = 2000) -> str:

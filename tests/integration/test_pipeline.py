@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +20,8 @@ from pipelines.layers.silver import run_silver, silver_tables
 from tests import helpers
 from tests.conftest import subprocess_env
 from tests.integration.test_gold import START, produce, table
-from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
+from tests.integration.test_silver import ORDER_COLUMNS, TWISTS, assert_silver_matches, oracle
+from tests.integration.test_silver import table as columns_of
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +65,10 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
     assert killed == 3, (
         f"the pipeline finished before it could be killed: {log.read_text()[-2000:]}"
     )
-    checkpoint = Pipeline(lake, "orders").checkpoint
+    pipeline = Pipeline(lake, "orders")
+    checkpoint = pipeline.checkpoint
     shutil.rmtree(checkpoint)
+    shutil.rmtree(pipeline.state.checkpoint, ignore_errors=True)  # the state query's, if any
     final = helpers.start_job(job, env, log, "--once")
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
     assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
@@ -110,3 +116,39 @@ def test_a_batch_gold_refuses_stops_ingestion_before_bronze_and_the_rerun_writes
     assert raw.count() == len(first.delivered) + len(second.delivered)
     assert raw.select("partition", "offset").distinct().count() == raw.count()
     assert_silver_matches(spark, conf, oracle(first, second))
+
+
+def test_the_continuous_pipeline_merges_the_state_in_a_query_of_its_own_and_stops_both_on_sigterm(
+    spark, lake, tmp_path
+):
+    """`lakehouse run pipeline` (continuous): one query carries the Kafka records to gold, a second
+    one MERGEs the events table's new rows into the state table on its own trigger. The state
+    table reaches every order's newest version while the job runs, and a SIGTERM stops both
+    queries between batches (exit 0); every silver table then matches the oracle."""
+    seed_dimensions(spark, lake)
+    report = helpers.produce(lake, 120, 75, **TWISTS)
+    expected = oracle(report)
+    state = silver_tables(lake, lake.streams["orders"]).state
+    env = subprocess_env(
+        lake, JAVA_TOOL_OPTIONS="", LAKEHOUSE__PIPELINE__STATE_TRIGGER_INTERVAL="1 second"
+    )
+    log = tmp_path / "pipeline.log"
+    proc = helpers.start_job("pipelines.jobs.pipeline_job", env, log)
+    try:
+        deadline = time.monotonic() + 300
+        orders = sorted(expected["orders"].values())
+        while not (
+            Path(state, "_delta_log").exists() and columns_of(spark, state, ORDER_COLUMNS) == orders
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "query pipeline_orders started" in text
+    assert "query silver_orders_state started" in text
+    assert "SIGTERM received" in text
+    assert_silver_matches(spark, lake, expected)
