@@ -83,6 +83,15 @@ def run_query(
     lease = CheckpointLease(spark, sink.checkpoint, f"the {name} job").__enter__()
     leases = [lease]
     side: StreamingQuery | None = None
+    if companion is not None:  # both checkpoints held before either query starts
+        start_side, side_sink, side_what = companion
+        try:
+            leases.append(
+                CheckpointLease(spark, side_sink.checkpoint, f"the {name} job").__enter__()
+            )
+        except BaseException:
+            lease.__exit__()
+            raise
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -94,10 +103,6 @@ def run_query(
             restore_jvm = _jvm_ignores_sigterm()
         console.say(f"query {query.name} started (id {query.id})")
         if companion is not None:
-            start_side, side_sink, side_what = companion
-            leases.append(
-                CheckpointLease(spark, side_sink.checkpoint, f"the {name} job").__enter__()
-            )
             side = start_side()
             console.say(f"query {side.name} started (id {side.id})")
         try:  # a batch its sink refused after a stop request ends the query: a clean stop
@@ -126,9 +131,7 @@ def run_query(
         console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query
     except StreamingQueryException as e:
-        if isinstance(sink.failure, LakehouseError):
-            raise sink.failure from None
-        raise explain(e) or JobFailedError(f"{what} failed: {first_line(str(e))}") from None
+        raise _failure(e, sink, what, explain) from None
     finally:
         for held in reversed(leases):
             held.__exit__()
@@ -147,14 +150,24 @@ def _stop_between_batches(query: StreamingQuery) -> None:
     query.stop()
 
 
+def _failure(
+    e: StreamingQueryException,
+    sink: IdempotentSink,
+    what: str,
+    explain: Callable[[StreamingQueryException], Exception | None] = lambda e: None,
+) -> Exception:
+    """The error to raise for a failed query: its sink's own (by type), or one line naming `what`."""
+    if isinstance(sink.failure, LakehouseError):
+        return sink.failure
+    return explain(e) or JobFailedError(f"{what} failed: {first_line(str(e))}")
+
+
 def _raise_failure(query: StreamingQuery, sink: IdempotentSink, what: str) -> None:
     """A query that ended by itself: raise what stopped it, named by `what`."""
     try:
         query.awaitTermination()
     except StreamingQueryException as e:
-        if isinstance(sink.failure, LakehouseError):
-            raise sink.failure from None
-        raise JobFailedError(f"{what} failed: {first_line(str(e))}") from None
+        raise _failure(e, sink, what) from None
     raise JobFailedError(f"{what} stopped")
 
 
