@@ -125,7 +125,8 @@ def start_pipeline(
     if sink.gold is not None:
         gold.require_dimensions(spark, sink.gold.tables)
         gold.ensure_gold_tables(spark, conf, sink.gold.tables)
-    recover_checkpoint(spark, sink.checkpoint, sink.written(), "pipeline")
+    topic = sink.topic
+    recover_checkpoint(spark, sink.checkpoint, sink.written(), "pipeline", lambda o: topic in o)
     return bronze.start_bronze(
         spark,
         conf,

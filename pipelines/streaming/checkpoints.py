@@ -99,6 +99,20 @@ def batch_record(checkpoint: str | Path, batch_id: int) -> dict[str, object]:
     return record
 
 
+def source_offsets(offsets: str) -> list[dict]:
+    """The offsets of each source in the text of an offsets file (as `batch_record` keeps it):
+    the JSON objects after its version and metadata lines ({} for a source without one)."""
+    lines = [line.strip().lstrip("\x00") for line in offsets.splitlines()][2:]
+    found = []
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        found.append(value if isinstance(value, dict) else {})
+    return found
+
+
 def rebuild(checkpoint: str | Path, record: dict) -> None:
     """A checkpoint in which the recorded batch is next, under its own query id: its writes that
     committed are skipped (the tables' commits record the batch), the others are done."""

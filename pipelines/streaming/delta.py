@@ -133,9 +133,20 @@ def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -
     return write()  # the last attempt: a conflict now is raised
 
 
-def recover_checkpoint(spark: SparkSession, checkpoint: str, written: list[str], name: str) -> None:
+def recover_checkpoint(
+    spark: SparkSession,
+    checkpoint: str,
+    written: list[str],
+    name: str,
+    reads: Callable[[dict], bool],
+) -> None:
     """With no checkpoint but tables that recorded batches of it, rebuild it where the newest
-    recorded batch left off: every table then ends as if the checkpoint had never been lost."""
+    recorded batch left off: every table then ends as if the checkpoint had never been lost.
+
+    Only a batch that read this query's source counts (`reads`: whether a source's offsets, as
+    the checkpoint writes them, are of it): a table written by queries of other sources (the
+    state table by the silver job, then by the pipeline's state query) records their offsets
+    too, which would start this query at another source's position."""
     if checkpoints.query_id(checkpoint) is not None:
         return
     records = []
@@ -143,7 +154,9 @@ def recover_checkpoint(spark: SparkSession, checkpoint: str, written: list[str],
         if DeltaTable.isDeltaTable(spark, path):
             for row in DeltaTable.forPath(spark, path).history(100).collect():
                 record = json.loads(row["userMetadata"] or "{}")
-                if {"query", "batch", "offsets"} <= record.keys():
+                if not {"query", "batch", "offsets"} <= record.keys():
+                    continue
+                if any(reads(o) for o in checkpoints.source_offsets(record["offsets"])):
                     records.append((row["timestamp"], record["batch"], record))
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
@@ -153,6 +166,12 @@ def recover_checkpoint(spark: SparkSession, checkpoint: str, written: list[str],
             f"{batch} of query {record['query']} next",
             file=sys.stderr,
         )
+
+
+def reads_table(spark: SparkSession, path: str) -> Callable[[dict], bool]:
+    """Whether a source's offsets are those of a Delta source on the table at `path` (its id)."""
+    table_id = snapshot(spark, path).metadata().id()
+    return lambda offsets: offsets.get("reservoirId") == table_id
 
 
 def start_delta_to_batches(
@@ -169,7 +188,7 @@ def start_delta_to_batches(
     """Stream a Delta table's new rows into a foreachBatch sink: available-now or continuous,
     taking the layer's trigger interval and files per micro-batch. A lost checkpoint is rebuilt
     first from what the tables the sink writes (`written`) recorded of it."""
-    recover_checkpoint(spark, checkpoint, written, name)
+    recover_checkpoint(spark, checkpoint, written, name, reads_table(spark, source))
     reader = spark.readStream.format("delta")
     if layer.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", layer.max_files_per_trigger)

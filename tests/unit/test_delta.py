@@ -114,3 +114,50 @@ def test_session_confs_hold_inside_the_block_and_what_was_there_comes_back(spark
         assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
         raise RuntimeError("a failed write")
     assert spark.conf.get(FACTORY_MODE, None) is None
+
+
+def test_a_lost_checkpoint_is_rebuilt_only_from_batches_that_read_its_own_source(spark, tmp_path):
+    """The state table takes writes of queries on other sources (the silver job reads bronze,
+    the pipeline reads Kafka): the pipeline's state query, which reads the events table, must
+    not start at their positions."""
+    import json
+
+    from pipelines.streaming.checkpoints import query_id
+
+    def table(name: str) -> str:
+        path = str(tmp_path / name)
+        spark.range(1).write.format("delta").save(path)
+        return path
+
+    events, bronze, target = table("events"), table("bronze"), table("state")
+
+    def offsets(source: dict) -> str:
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}}
+        return "\n".join(["v1", json.dumps(meta), json.dumps(source)])
+
+    def reservoir(path: str, version: int) -> dict:
+        table_id = delta.snapshot(spark, path).metadata().id()
+        return {"sourceVersion": 1, "reservoirId": table_id, "reservoirVersion": version}
+
+    def commit(query: str, batch: int, source: dict) -> None:
+        record = {"query": query, "batch": batch, "offsets": offsets(source)}
+        record |= {"previous": offsets(source), "commit": "v1\n{}"}
+        with idempotent_txn(spark, None, batch, json.dumps(record)):
+            spark.range(1).write.format("delta").mode("append").save(target)
+
+    commit("state-query", 4, reservoir(events, 9))
+    commit("silver-job", 7, reservoir(bronze, 3))  # newer, of another source
+    commit("pipeline", 8, {"orders": {"0": 12}})  # newer still, Kafka's offsets
+    reads_events = delta.reads_table(spark, events)
+
+    checkpoint = tmp_path / "ck-state"
+    delta.recover_checkpoint(spark, str(checkpoint), [target], "state", reads_events)
+    assert query_id(checkpoint) == "state-query"
+    assert (checkpoint / "offsets" / "4").read_text() == offsets(reservoir(events, 9))
+
+    nothing = tmp_path / "ck-other"  # no batch of its source: it starts afresh
+    delta.recover_checkpoint(spark, str(nothing), [target], "x", delta.reads_table(spark, target))
+    assert not nothing.exists()
+    kafka = tmp_path / "ck-pipeline"
+    delta.recover_checkpoint(spark, str(kafka), [target], "pipeline", lambda o: "orders" in o)
+    assert query_id(kafka) == "pipeline"
