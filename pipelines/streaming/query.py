@@ -103,7 +103,11 @@ def run_query(
             restore_jvm = _jvm_ignores_sigterm()
         console.say(f"query {query.name} started (id {query.id})")
         if companion is not None:
-            side = start_side()
+            try:
+                side = start_side()
+            except BaseException:
+                _stop_between_batches(query)  # no query outlives the leases released below
+                raise
             console.say(f"query {side.name} started (id {side.id})")
         try:  # a batch its sink refused after a stop request ends the query: a clean stop
             while query.isActive and not stop_requested.is_set():

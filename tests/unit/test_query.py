@@ -55,3 +55,40 @@ def test_a_write_delta_refuses_stops_with_one_line_naming_table_batch_and_cause(
         "[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint cap (n < 10) violated by row "
         "with values: - n : 12"
     )
+
+
+class Idle(IdempotentSink):
+    def write_batch(self, batch, batch_id):
+        pass
+
+
+def test_a_companion_query_that_cannot_start_leaves_no_query_running(spark, base_conf, tmp_path):
+    from pipelines.streaming.query import run_query
+
+    main, side = Idle(str(tmp_path / "main")), Idle(str(tmp_path / "side"))
+
+    def start():
+        return (
+            spark.readStream.format("rate")
+            .load()
+            .writeStream.foreachBatch(main)
+            .option("checkpointLocation", main.checkpoint)
+            .trigger(processingTime="1 second")
+            .start()
+        )
+
+    def cannot_start():
+        raise JobFailedError("the side query cannot start")
+
+    with pytest.raises(JobFailedError, match="the side query cannot start"):
+        run_query(
+            spark,
+            base_conf,
+            start,
+            main,
+            name="t",
+            what="t",
+            progress=False,
+            companion=(cannot_start, side, "the side query"),
+        )
+    assert spark.streams.active == []
