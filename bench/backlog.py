@@ -45,7 +45,9 @@ def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
     root = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
     conf = conf.updated({"storage.root": root, "streams.orders.topic": topic})
     stream = conf.stream("orders")
-    ensure_topic(conf, topic, stream.partitions, stream.replication_factor)
+    ensure_topic(
+        conf, topic, stream.partitions, stream.replication_factor, stream.min_insync_replicas
+    )
     return conf
 
 

@@ -26,7 +26,10 @@ from pipelines.errors import ExitCode, exit_on_known_errors
 LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
 SERVICE_ACTIONS = ("start", "stop", "status")
 SERVICES = {  # command: module, help
-    "kafka": ("pipelines.local.broker", "the local single-node KRaft broker"),
+    "kafka": (
+        "pipelines.local.broker",
+        "the local KRaft broker (or cluster: local_broker.brokers)",
+    ),
     "cluster": ("pipelines.local.cluster", "a Spark standalone cluster (master + workers) here"),
 }
 TWISTS = {  # --option: the StreamOptions rate it sets, help
@@ -47,6 +50,12 @@ def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None
         st = service.status(conf)
         print(f"{args.command}: {st.detail}")
         return ExitCode.OK if st.running else ExitCode.UNREACHABLE
+    if getattr(args, "node", None) is not None:  # one node of the local cluster
+        if args.action != "stop":
+            print("kafka: --node goes with `lakehouse kafka stop` only", file=sys.stderr)
+            return ExitCode.USAGE
+        service.stop(conf, node=args.node)
+        return None
     getattr(service, args.action)(conf)
 
 
@@ -194,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("setup", setup, "fetch the JVM jars (Delta, Kafka source, Kafka broker)")
     for name, (_, help) in SERVICES.items():
-        command(name, service_command, help).add_argument("action", choices=SERVICE_ACTIONS)
+        p = command(name, service_command, help)
+        p.add_argument("action", choices=SERVICE_ACTIONS)
+        if name == "kafka":
+            p.add_argument("--node", type=int, help="stop only this node of the local cluster")
     p = command("produce", produce, "send the reference order stream, with its twists")
     p.add_argument("--orders", type=int, help="number of orders (each 1-3 events)")
     p.add_argument("--seed", type=int, help="random seed: same seed, same records")

@@ -80,10 +80,13 @@ class KafkaConf(_Section):
 
 
 class LocalBrokerConf(_Section):
-    """The embedded single-node KRaft broker started by `lakehouse kafka start`."""
+    """The embedded KRaft broker started by `lakehouse kafka start`: one node, or a cluster of
+    `brokers` nodes (each broker and controller), node i at `port` + i - 1 and
+    `controller_port` + i - 1."""
 
     version: str = "4.3.1"
     host: str = "127.0.0.1"
+    brokers: Annotated[int, Field(ge=1, le=9)] = 1
     port: Port = 9092
     controller_port: Port = 9093
     data_dir: str = ".lakehouse/kafka/local"
@@ -111,6 +114,7 @@ class StreamConf(_Section):
     bronze_table: TableName
     partitions: Count = 4
     replication_factor: Count = 1
+    min_insync_replicas: Count | None = None  # the topic's min.insync.replicas; None: the broker's
     events_table: TableName | None = None  # silver: every valid event once
     state_table: TableName | None = None  # silver: current state per natural key
     quarantine_table: TableName | None = None  # silver: every invalid record with its reason

@@ -90,13 +90,23 @@ def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None
         ) from None
 
 
-def ensure_topic(conf: LakehouseConf, topic: str, partitions: int, replication: int) -> bool:
-    """Create the topic if it is missing; True when it was created."""
+def ensure_topic(
+    conf: LakehouseConf,
+    topic: str,
+    partitions: int,
+    replication: int,
+    min_insync_replicas: int | None = None,
+) -> bool:
+    """Create the topic if it is missing (with `min.insync.replicas` if given); True when it was
+    created."""
     check_reachable(conf)
     admin = admin_client(conf)
     if topic in admin.list_topics(timeout=conf.kafka.request_timeout_s).topics:
         return False
-    futures = admin.create_topics([NewTopic(topic, partitions, replication)])
+    settings = (
+        {} if min_insync_replicas is None else {"min.insync.replicas": str(min_insync_replicas)}
+    )
+    futures = admin.create_topics([NewTopic(topic, partitions, replication, config=settings)])
     try:
         futures[topic].result(timeout=conf.kafka.request_timeout_s)
     except KafkaException as e:

@@ -59,6 +59,49 @@ def kafka(base_conf: LakehouseConf):
     broker.stop(base_conf, quiet=True)
 
 
+def _free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports."""
+    for _ in range(100):
+        first = _free_port()
+        if first + count <= 65535 and all(_can_bind(first + i) for i in range(count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(base_conf: LakehouseConf, tmp_path_factory: pytest.TempPathFactory):
+    """A real three-broker KRaft cluster on loopback, started once for the session; topics of
+    the orders stream get 3 replicas and min.insync.replicas 2."""
+    from pipelines.local import broker
+
+    port = _free_ports(3)
+    while abs((controller_port := _free_ports(3)) - port) < 3:
+        pass
+    conf = base_conf.updated(
+        {
+            "local_broker.brokers": 3,
+            "local_broker.data_dir": str(tmp_path_factory.mktemp("kafka-cluster")),
+            "local_broker.port": port,
+            "local_broker.controller_port": controller_port,
+            "kafka.bootstrap_servers": ",".join(f"127.0.0.1:{port + i}" for i in range(3)),
+            "streams.orders.replication_factor": 3,
+            "streams.orders.min_insync_replicas": 2,
+        }
+    )
+    broker.start(conf, quiet=True)
+    yield conf
+    broker.stop(conf, quiet=True)
+
+
 @pytest.fixture
 def lake(kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
     """Configuration with its own storage root and its own fresh topic."""

@@ -30,7 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_known_errors():
         conf = load_config(args.env)
         stream = conf.stream(args.stream)
-        if ensure_topic(conf, stream.topic, stream.partitions, stream.replication_factor):
+        if ensure_topic(
+            conf,
+            stream.topic,
+            stream.partitions,
+            stream.replication_factor,
+            stream.min_insync_replicas,
+        ):
             print(f"setup: created topic {stream.topic} ({stream.partitions} partitions)")
         spark = build_spark(conf, app_name="lakehouse-setup")
         ensure_bronze_tables(spark, conf, stream)

@@ -57,8 +57,14 @@ def produce_plan(
 ) -> ProduceReport:
     """Send every record of `plan` in order, at most `rate` per second of wall time if given;
     return what Kafka acknowledged, with offsets. Kafka timestamps are the send times."""
-    replication = conf.stream(conf.producer.stream).replication_factor
-    ensure_topic(conf, topic, plan.options.partitions, replication)
+    stream = conf.stream(conf.producer.stream)
+    ensure_topic(
+        conf,
+        topic,
+        plan.options.partitions,
+        stream.replication_factor,
+        stream.min_insync_replicas,
+    )
     producer = Producer({**client_settings(conf), **PRODUCER_SETTINGS})
     offsets: dict[int, int] = {}  # record index -> offset (in the partition the record names)
     errors: list[str] = []
