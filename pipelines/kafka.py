@@ -90,6 +90,29 @@ def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None
         ) from None
 
 
+# What Kafka's client (and Spark's consumer of it) say when no broker answered in time.
+KAFKA_TIMEOUTS = (
+    "org.apache.kafka.common.errors.timeoutexception",
+    "cannot fetch record for offset",
+)
+
+
+def unreachable_failure(
+    e: Exception, conf: LakehouseConf, what: str
+) -> KafkaUnreachableError | None:
+    """A query that Kafka's client stopped because no broker answered: one line naming the
+    servers and how the job comes back (None for any other failure)."""
+    text = str(e).lower()
+    if not any(marker in text for marker in KAFKA_TIMEOUTS):
+        return None
+    return KafkaUnreachableError(
+        f"{what} stopped: no Kafka broker answered at {conf.kafka.bootstrap_servers} within "
+        f"{conf.kafka.request_timeout_s}s (kafka.request_timeout_s; kafka.bootstrap_servers in "
+        f"{conf.source}). Nothing is lost: restarted, it resumes where its checkpoint says (a "
+        "continuous job spec's retries restart it)."
+    )
+
+
 def ensure_topic(
     conf: LakehouseConf,
     topic: str,

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import ConfigResource
 
 from pipelines.kafka import admin_client, ensure_topic
-from pipelines.layers.bronze import bronze_tables, run_bronze, table_max_offsets
-from pipelines.layers.gold import run_gold, seed_dimensions
-from pipelines.layers.silver import run_silver
+from pipelines.layers.bronze import bronze_tables, table_max_offsets
+from pipelines.layers.gold import gold_tables
 from pipelines.local import broker
-from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
+from pipelines.orchestration.runs import read_runs
+from pipelines.reference.orders_stream import StreamOptions, StreamPlan, generate_orders_stream
 from pipelines.reference.producer import produce_plan
 from tests import helpers
 from tests.conftest import subprocess_env
-from tests.integration.test_pipeline import every_table
+from tests.integration.test_gold import gold_oracle, seeds, table
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
 pytestmark = pytest.mark.integration
@@ -71,66 +75,120 @@ def test_the_cluster_has_three_brokers_and_the_streams_topics_three_replicas_two
     assert found.result()["min.insync.replicas"].value == "2"
 
 
-def test_a_partition_leader_sigkilled_while_producing_and_bronze_runs_loses_and_doubles_nothing(
+def test_a_leader_sigkilled_while_producing_then_every_broker_down_a_minute_lose_and_double_nothing(
     spark, cluster_lake, tmp_path
 ):
-    """The producer (acks=all, idempotent) sends while bronze runs continuously; the leader of
-    partition 0 is SIGKILLed mid-stream and restarted. Bronze holds every acknowledged record
-    exactly once, and silver and gold equal a run that read the same topic uninterrupted."""
-    conf = cluster_lake.updated(
-        {"silver.max_files_per_trigger": 10_000, "gold.max_files_per_trigger": 10_000}
-    )
+    """The continuous job spec runs bronze, silver and gold on the cluster.
+
+    1. While the producer (acks=all, idempotent) sends, the leader of partition 0 is SIGKILLed
+       and restarted 4 s later: the producer retries until a new leader takes over, bronze's
+       batch waits as long.
+    2. Every broker then stops for a minute: bronze stops with one line naming the bootstrap
+       servers (exit code 4), the spec's retries restart it until Kafka answers, and it resumes
+       at its checkpoint; silver and gold wait for data.
+    Bronze holds each acknowledged record once, at its offset; silver and gold equal their
+    oracles (what an uninterrupted run writes: the other tests hold runs to them).
+    """
+    conf = cluster_lake
     topic = conf.streams["orders"].topic
-    plan = generate_orders_stream(StreamOptions(orders=300, seed=91, **TWISTS))
+    twists = {k: v for k, v in TWISTS.items() if k != "late_rate"}  # no event 10 min late
+    whole = generate_orders_stream(StreamOptions(orders=300, seed=93, **twists))
+    half = len(whole.records) // 2
+    plans = [
+        StreamPlan(whole.options, part) for part in (whole.records[:half], whole.records[half:])
+    ]
     ensure_topic(conf, topic, 4, 3, 2)
     leader = partitions(conf, topic)[0][0]
-
     reports, failures = [], []
 
-    def send() -> None:
-        try:  # ~20 s of sending
-            reports.append(produce_plan(conf, plan, topic, rate=len(plan.records) / 20))
+    def send(plan: StreamPlan, seconds: float) -> None:
+        try:
+            reports.append(produce_plan(conf, plan, topic, rate=len(plan.records) / seconds))
         except Exception as e:  # raised in the test below
             failures.append(e)
 
-    log = tmp_path / "bronze.log"
-    bronze_job = helpers.start_job("pipelines.jobs.bronze_job", subprocess_env(conf), log)
-    raw = bronze_tables(conf, conf.streams["orders"]).raw
-    sender = threading.Thread(target=send)
+    env = subprocess_env(
+        conf,
+        LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
+        LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
+        LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second",
+    )
+    log = tmp_path / "runner.log"
+    command = [sys.executable, "-m", "pipelines.cli", "jobs", "run"]
+    command += ["conf/jobs/orders_continuous.yaml", "--param", "env=test"]
+    with open(log, "wb") as out:
+        runner = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    stream = conf.streams["orders"]
+    raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
+    sender = threading.Thread(target=send, args=(plans[0], 20))
     try:
-        wait_for(lambda: "started" in log.read_text(), bronze_job, log)
+        wait_for(lambda: "started" in bronze_log_text(conf), runner, log)
         sender.start()
-        wait_for(lambda: helpers.delta_commits(raw) >= 2, bronze_job, log)  # a first batch is in
-        broker.kill(conf, leader)  # while the producer sends and bronze reads
+        wait_for(lambda: helpers.delta_commits(raw) >= 2, runner, log)  # a first batch is in
+        broker.kill(conf, leader)  # 1. while the producer sends and bronze reads
         time.sleep(4)
         broker.start(conf, quiet=True)
         sender.join(timeout=300)
         assert not failures, failures
-        (report,) = reports
-        ends = {}
-        for d in report.delivered:
-            ends[d.partition] = max(ends.get(d.partition, -1), d.offset)
-        # the continuous job catches up by itself: bronze reaches the last acknowledged offsets
-        wait_for(lambda: table_max_offsets(spark, raw, topic) == ends, bronze_job, log)
-        bronze_job.send_signal(signal.SIGTERM)
-        assert bronze_job.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if bronze_job.poll() is None:
-            bronze_job.kill()
-        sender.join(timeout=300)
+        wait_for(lambda: bronze_offsets(spark, raw, topic) == last_offsets(reports[0]), runner, log)
+        broker.stop(conf, quiet=True)  # 2. every broker, for a minute
+        time.sleep(60)
+        broker.start(conf, quiet=True)
+        send(plans[1], 5)
+        assert not failures, failures
+        expected = oracle(*reports)
+        products, customers = seeds(conf, "products"), seeds(conf, "customers")
+        revenue, countries = gold_oracle((list(expected["events"].values()), products, customers))
 
+        def caught_up() -> bool:
+            aggregates = gold.aggregates
+            return (
+                helpers.delta_commits(aggregates["gold/orders_by_country_5m"]) > 0
+                and table(spark, aggregates["gold/revenue_by_category_1m"]) == revenue
+                and table(spark, aggregates["gold/orders_by_country_5m"]) == countries
+            )
+
+        wait_for(caught_up, runner, log, timeout_s=300)
+        os.killpg(runner.pid, signal.SIGTERM)
+        assert runner.wait(timeout=180) == 130, log.read_text()[-3000:]
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+        if sender.is_alive():
+            sender.join(timeout=300)
     raw_rows = spark.read.format("delta").load(raw).select("partition", "offset", "key", "value")
     held = sorted((r[0], r[1], r[2], bytes(r[3])) for r in raw_rows.collect())
-    sent = sorted((d.partition, d.offset, d.key, d.value) for d in report.delivered)
-    assert held == sent  # every acknowledged record once, at its offset
+    sent = [(d.partition, d.offset, d.key, d.value) for rep in reports for d in rep.delivered]
+    assert held == sorted(sent)  # every acknowledged record once, at its offset
+    assert_silver_matches(spark, conf, expected)
+    assert table(spark, gold.late) == []
+    bronze_tries = [r for r in read_runs(conf) if r["task"] == "bronze"]
+    failed = [r for r in bronze_tries if r["state"] == "FAILED"]
+    assert failed and all(r["exit_code"] == 4 for r in failed), bronze_tries
+    assert all(
+        r["message"].count(f"no Kafka broker answered at {conf.kafka.bootstrap_servers}") == 1
+        for r in failed
+    ), [r["message"] for r in failed]
+    assert bronze_tries[-1]["state"] == "CANCELED", bronze_tries
 
-    seed_dimensions(spark, conf)
-    run_silver(spark, conf, once=True, progress=False)
-    run_gold(spark, conf, once=True, progress=False)
-    reference = conf.updated({"storage.root": str(tmp_path / "ref")})
-    seed_dimensions(spark, reference)
-    run_bronze(spark, reference, once=True, progress=False)
-    run_silver(spark, reference, once=True, progress=False)
-    run_gold(spark, reference, once=True, progress=False)
-    assert every_table(spark, conf) == every_table(spark, reference)
-    assert_silver_matches(spark, conf, oracle(report))
+
+def bronze_log_text(conf) -> str:
+    """What the continuous job's first bronze attempt printed so far."""
+    logs = Path(conf.storage.root, "_jobs", "logs").glob("*/bronze-0.log")
+    return "".join(f.read_text() for f in logs)
+
+
+def bronze_offsets(spark, raw: str, topic: str) -> dict[int, int]:
+    """The greatest offset bronze holds per partition ({} before its table exists)."""
+    return table_max_offsets(spark, raw, topic) if helpers.delta_commits(raw) else {}
+
+
+def last_offsets(report) -> dict[int, int]:
+    """The last acknowledged offset of each partition of a producer's report."""
+    ends: dict[int, int] = {}
+    for d in report.delivered:
+        ends[d.partition] = max(ends.get(d.partition, -1), d.offset)
+    return ends
