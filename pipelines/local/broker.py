@@ -83,10 +83,6 @@ def addresses(conf: LakehouseConf) -> str:
     return ",".join(n.address for n in nodes(conf))
 
 
-def _paths(conf: LakehouseConf) -> dict[str, Path]:
-    return nodes(conf)[0].paths
-
-
 def _node_pid(node: Node) -> int | None:
     """The pid of the node's Kafka process, if it runs (and is ours: its command names our file)."""
     p = node.paths
@@ -101,10 +97,6 @@ def _node_pid(node: Node) -> int | None:
     except OSError:
         return pid
     return pid if "kafka.Kafka" in cmdline and str(p["props"]) in cmdline else None
-
-
-def _our_pid(conf: LakehouseConf) -> int | None:
-    return _node_pid(nodes(conf)[0])
 
 
 def _port_in_use(host: str, port: int) -> bool:
