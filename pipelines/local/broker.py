@@ -218,7 +218,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         say(f"kafka: already {current.detail}")
         return current
     members = nodes(conf)
-    pids = [_node_pid(n) for n in members]
+    pids = list(current.pids)  # as status() just found them
     java = java_executable()
     _check_ports(conf, members, pids)
     jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}"]
