@@ -65,14 +65,16 @@ def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
     if not (rows := read_runs(conf, args.run_id, args.limit)):
         print(f"no recorded runs in {runs_table(conf)}")
         return
+    job = max(len("job"), *(len(r["job"]) for r in rows))  # columns as wide as their values
+    task = max(len("task"), *(len(r["task"]) for r in rows))
     print(
-        "run_id         job                  task         try state           start (UTC)        "
-        "    secs  log / message"
+        f"{'run_id':<14} {'job':<{job}} {'task':<{task}} try {'state':<15} {'start (UTC)':<19} "
+        "   secs  log / message"
     )
     for r in rows:
         print(
-            f"{r['run_id']:<14} {r['job']:<20} {r['task']:<12} {r['attempt']:>3} {r['state']:<15} "
-            f"{r['start_time']:%Y-%m-%d %H:%M:%S} {r['duration_s'] or 0:>7.1f}  "
+            f"{r['run_id']:<14} {r['job']:<{job}} {r['task']:<{task}} {r['attempt']:>3} "
+            f"{r['state']:<15} {r['start_time']:%Y-%m-%d %H:%M:%S} {r['duration_s'] or 0:>7.1f}  "
             f"{r['message'] or r['log_path']}"
         )
 

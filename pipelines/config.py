@@ -87,6 +87,9 @@ class LocalBrokerConf(_Section):
     version: str = "4.3.1"
     host: str = "127.0.0.1"
     brokers: Annotated[int, Field(ge=1, le=9)] = 1
+    # SASL_SSL: TLS with a CA of its own (data_dir/security/tls/ca.pem, for kafka.ssl_ca_location)
+    # and SCRAM, as kafka.sasl_mechanism says, for the user kafka.sasl_username
+    security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     port: Port = 9092
     controller_port: Port = 9093
     data_dir: str = ".lakehouse/kafka/local"
@@ -261,6 +264,12 @@ class LakehouseConf(_Section):
     @property
     def broker_data_dir(self) -> Path:
         return _resolve(self.local_broker.data_dir)
+
+    @property
+    def ssl_ca_file(self) -> Path | None:
+        """`kafka.ssl_ca_location`, a relative path taken from the repository."""
+        location = self.kafka.ssl_ca_location
+        return None if location is None else _resolve(location)
 
     @property
     def cluster_dir(self) -> Path:

@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     UNREACHABLE = 4  # a broker, the storage or the cluster did not answer: the message names it
     QUALITY = 5  # a data-quality suite with the `fail` policy failed
     JOB_FAILED = 6  # a query, a task or a tool stopped with an error, or data would be lost
+    DENIED = 7  # a broker refused the login, or its certificate is not trusted: not retried
     INTERRUPTED = 130  # SIGINT or SIGTERM: stopped cleanly on request
 
 
@@ -37,6 +38,12 @@ class UnreachableError(LakehouseError):
     """Something the command needs did not answer: a broker, the storage, a cluster."""
 
     exit_code = ExitCode.UNREACHABLE
+
+
+class DeniedError(LakehouseError):
+    """A service refused our credentials, or we refused its certificate: a retry cannot help."""
+
+    exit_code = ExitCode.DENIED
 
 
 class JobFailedError(LakehouseError):

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
-from pipelines.errors import ConfigError, UnreachableError
+from pipelines.errors import ConfigError, DeniedError, UnreachableError
 
 
 class KafkaUnreachableError(UnreachableError):
     """No broker answered at the configured bootstrap servers."""
 
 
+class KafkaDeniedError(DeniedError):
+    """The broker refused the login, or its TLS certificate is not trusted."""
+
+
 class TopicMissingError(ConfigError):
     """The topic a job reads does not exist."""
 
 
-def _password(conf: LakehouseConf) -> str:
+def sasl_password(conf: LakehouseConf) -> str:
+    """The SASL password, from the environment only."""
     if conf.kafka.sasl_password is None:
         raise InvalidConfigError(
             f"kafka.sasl_mechanism is {conf.kafka.sasl_mechanism} in {conf.source} but "
@@ -36,9 +43,9 @@ def client_settings(conf: LakehouseConf) -> dict[str, str]:
     if k.sasl_mechanism:
         settings["sasl.mechanism"] = k.sasl_mechanism
         settings["sasl.username"] = k.sasl_username or ""
-        settings["sasl.password"] = _password(conf)
-    if k.ssl_ca_location:
-        settings["ssl.ca.location"] = k.ssl_ca_location
+        settings["sasl.password"] = sasl_password(conf)
+    if conf.ssl_ca_file:
+        settings["ssl.ca.location"] = str(conf.ssl_ca_file)
     return settings
 
 
@@ -54,15 +61,15 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
     if k.sasl_mechanism:
         login = {"PLAIN": "plain.PlainLoginModule"}.get(k.sasl_mechanism, "scram.ScramLoginModule")
         user = (k.sasl_username or "").replace('"', '\\"')
-        secret = _password(conf).replace('"', '\\"')
+        secret = sasl_password(conf).replace('"', '\\"')
         options["kafka.sasl.mechanism"] = k.sasl_mechanism
         options["kafka.sasl.jaas.config"] = (
             f"org.apache.kafka.common.security.{login} required "
             f'username="{user}" password="{secret}";'
         )
-    if k.ssl_ca_location:
+    if conf.ssl_ca_file:
         options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.location"] = k.ssl_ca_location
+        options["kafka.ssl.truststore.location"] = str(conf.ssl_ca_file)
     return options
 
 
@@ -71,23 +78,63 @@ def redacted(options: dict[str, str]) -> dict[str, str]:
     return {k: "***" if re.search("jaas|password|secret", k) else v for k, v in options.items()}
 
 
-def admin_client(conf: LakehouseConf, timeout_s: float | None = None) -> AdminClient:
+def admin_client(
+    conf: LakehouseConf,
+    timeout_s: float | None = None,
+    on_error: Callable[[KafkaError], None] | None = None,
+) -> AdminClient:
     timeout_ms = int((timeout_s or conf.kafka.request_timeout_s) * 1000)
     # librdkafka's own connection chatter is silenced: failures surface as our own errors.
-    return AdminClient({**client_settings(conf), "socket.timeout.ms": timeout_ms, "log_level": 0})
+    settings = {**client_settings(conf), "socket.timeout.ms": timeout_ms, "log_level": 0}
+    return AdminClient(settings | ({"error_cb": on_error} if on_error else {}))
+
+
+def denied(conf: LakehouseConf, what: str, *, login: bool, detail: str = "") -> KafkaDeniedError:
+    """The one line for a refused login (`login`) or an untrusted broker certificate."""
+    k = conf.kafka
+    how = f"{k.security_protocol}{f' with {k.sasl_mechanism}' if k.sasl_mechanism else ''}"
+    if login:
+        why = (
+            f"Kafka at {k.bootstrap_servers} refused the {k.sasl_mechanism} login of user "
+            f"{k.sasl_username!r} ({k.security_protocol}): check the password in {SASL_PASSWORD_ENV} and "
+            f"kafka.sasl_username in {conf.source}"
+        )
+    else:
+        trusted = conf.ssl_ca_file or "the system's CAs"
+        why = (
+            f"the TLS certificate of Kafka at {k.bootstrap_servers} ({how}) is not trusted"
+            f"{detail}: kafka.ssl_ca_location in {conf.source} ({trusted}) must hold the CA that "
+            "signed it"
+        )
+    return KafkaDeniedError(f"{what}{why}. Not retried: the same settings fail the same way.")
 
 
 def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None:
-    """Raise KafkaUnreachableError naming the address when no broker answers."""
+    """Raise KafkaUnreachableError naming the address when no broker answers, and
+    KafkaDeniedError at once when one refuses the login or is not trusted."""
     timeout = timeout_s or conf.kafka.request_timeout_s
-    try:
-        admin_client(conf, timeout).list_topics(timeout=timeout)
-    except KafkaException as e:
-        raise KafkaUnreachableError(
-            f"no Kafka broker answered at {conf.kafka.bootstrap_servers} within {timeout:g}s "
-            f"(kafka.bootstrap_servers in {conf.source}): {e.args[0].str() if e.args else e}. "
-            "Start the local one with `lakehouse kafka start`, or point the configuration at yours."
-        ) from None
+    refusals: list[KafkaError] = []
+    admin = admin_client(conf, timeout, on_error=refusals.append)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            return
+        except KafkaException as e:
+            admin.poll(0)  # serves error_cb: librdkafka reports a refusal only there
+            codes = {r.code() for r in refusals}
+            if KafkaError._AUTHENTICATION in codes:
+                raise denied(conf, "", login=True) from None
+            if KafkaError._SSL in codes:
+                raise denied(conf, "", login=False) from None
+            if time.monotonic() < deadline:
+                continue
+            raise KafkaUnreachableError(
+                f"no Kafka broker answered at {conf.kafka.bootstrap_servers} within {timeout:g}s "
+                f"(kafka.bootstrap_servers in {conf.source}): {e.args[0].str() if e.args else e}. "
+                "Start the local one with `lakehouse kafka start`, or point the configuration at "
+                "yours."
+            ) from None
 
 
 # What Kafka's client (and Spark's consumer of it) say when no broker answered in time.
@@ -97,12 +144,26 @@ KAFKA_TIMEOUTS = (
 )
 
 
-def unreachable_failure(
+# What Kafka's Java client says when the broker refused the login, or its certificate.
+KAFKA_LOGIN_REFUSED = "saslauthenticationexception"
+KAFKA_TLS_REFUSED = "sslauthenticationexception"
+KAFKA_NAME_MISMATCH = ("no subject alternative", "no name matching")
+
+
+def kafka_failure(
     e: Exception, conf: LakehouseConf, what: str
-) -> KafkaUnreachableError | None:
-    """A query that Kafka's client stopped because no broker answered: one line naming the
-    servers and how the job comes back (None for any other failure)."""
+) -> KafkaUnreachableError | KafkaDeniedError | None:
+    """A query that Kafka's client stopped because no broker answered, or one refused the login or
+    was not trusted: one line naming the servers (None for any other failure)."""
     text = str(e).lower()
+    if KAFKA_LOGIN_REFUSED in text:
+        return denied(conf, f"{what} stopped: ", login=True)
+    if KAFKA_TLS_REFUSED in text:
+        mismatch = any(marker in text for marker in KAFKA_NAME_MISMATCH)
+        detail = (
+            " for the address connected to (the certificate does not name it)" if mismatch else ""
+        )
+        return denied(conf, f"{what} stopped: ", login=False, detail=detail)
     if not any(marker in text for marker in KAFKA_TIMEOUTS):
         return None
     return KafkaUnreachableError(

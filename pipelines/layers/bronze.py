@@ -33,10 +33,10 @@ from bronze.raw_records import (
 from pipelines.config import LakehouseConf, StreamConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import (
+    kafka_failure,
     redacted,
     spark_kafka_options,
     topic_watermarks,
-    unreachable_failure,
 )
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import has_log, snapshot
@@ -296,9 +296,9 @@ def _explain_failure(
     e: StreamingQueryException, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables
 ) -> Exception | None:
     """A Kafka source that lost offsets to retention fails with text only: name the gap; one that
-    no broker answered names the servers."""
-    if unreachable := unreachable_failure(e, conf, f"bronze ingest of topic {stream.topic!r}"):
-        return unreachable
+    no broker answered, or one that refused the login, names the servers."""
+    if failure := kafka_failure(e, conf, f"bronze ingest of topic {stream.topic!r}"):
+        return failure
     lowered = str(e).lower()
     if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
         resume = checkpoints.resume_offsets(tables.checkpoint, stream.topic) or {}

@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.config import LakehouseConf
-from pipelines.kafka import unreachable_failure
+from pipelines.kafka import kafka_failure
 from pipelines.layers import bronze, gold, silver
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import recover_checkpoint
@@ -173,7 +173,7 @@ def run_pipeline(
         name="pipeline",
         what=f"pipeline of topic {stream.topic!r} from {conf.kafka.bootstrap_servers}",
         progress=progress,
-        explain=lambda e: unreachable_failure(e, conf, f"pipeline of topic {stream.topic!r}"),
+        explain=lambda e: kafka_failure(e, conf, f"pipeline of topic {stream.topic!r}"),
         companion=companion,
     )
     if once and state is not None:

@@ -5,11 +5,22 @@ cluster of `local_broker.brokers` nodes on loopback ports, each a broker and a c
 `local_broker.data_dir` (a cluster's node i in `node-<i>` under it); starting twice is fine, and
 starting a cluster with a node down starts that node; `start` returns only once every broker is
 registered and answers.
+
+With `local_broker.security_protocol: SASL_SSL` clients reach it over TLS only, verified against a
+CA of its own (`data_dir/security/tls/ca.pem`), and log in with SCRAM (`kafka.sasl_mechanism`) as
+`kafka.sasl_username`, the password from LAKEHOUSE_KAFKA_SASL_PASSWORD. The user is created when
+the storage is formatted (Kafka's own tool, given the salted password, never the password) and its
+credential is reset to the current password at every later start. The brokers talk to each other
+over TLS as a user of their own, and to the controllers over mutual TLS.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,15 +29,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import DEVNULL, STDOUT, Popen
 
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
-from pipelines.kafka import admin_client
+from pipelines.kafka import sasl_password
 from pipelines.local.jars import java_executable, kafka_jars
 from pipelines.local.processes import pid_alive, tail, terminate
+from pipelines.local.tls import (
+    BrokerTls,
+    ensure_broker_tls,
+    host_names,
+    new_password_file,
+    write_private,
+)
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 LOG4J2 = RESOURCES / "kafka-log4j2.properties"
 SERVER_PROPERTIES = RESOURCES / "kafka-server.properties"  # a str.format template
+BROKER_USER = "lakehouse-broker"  # the brokers' own SCRAM user: replication and health checks
+SCRAM_ITERATIONS = 8192
 
 
 class LocalBrokerError(JobFailedError):
@@ -83,6 +110,93 @@ def addresses(conf: LakehouseConf) -> str:
     return ",".join(n.address for n in nodes(conf))
 
 
+@dataclass(frozen=True)
+class Security:
+    """A SASL_SSL broker's secrets: its TLS files, SCRAM mechanism and its own user's password."""
+
+    tls: BrokerTls
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    broker_password: str
+
+
+def _security_dir(conf: LakehouseConf) -> Path:
+    return conf.broker_data_dir / "security"
+
+
+def _security(conf: LakehouseConf, java: str | None = None) -> Security | None:
+    """The SASL_SSL broker's secrets (made on its first start, when `java` is given), or None for a
+    plaintext one; a setting it cannot serve is refused, naming the key."""
+    if conf.local_broker.security_protocol != "SASL_SSL":
+        return None
+    k, where = conf.kafka, conf.source
+    if k.sasl_mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise LocalBrokerError(
+            f"kafka.sasl_mechanism in {where} is {k.sasl_mechanism}, but the local broker "
+            "(local_broker.security_protocol: SASL_SSL) serves SCRAM: set it to SCRAM-SHA-512 or "
+            "SCRAM-SHA-256"
+        )
+    user = k.sasl_username or ""
+    if not re.fullmatch(r"[\w.@-]+", user, re.ASCII) or user == BROKER_USER:
+        raise LocalBrokerError(
+            f"kafka.sasl_username in {where} must be a user name of letters, digits and . _ @ - "
+            f"other than {BROKER_USER!r} (the brokers' own user), got {user!r}"
+        )
+    folder = _security_dir(conf)
+    secret = folder / "broker.pass"
+    if java is not None:
+        ensure_broker_tls(java, folder / "tls", host_names(conf.local_broker.host))
+        if not secret.exists():
+            new_password_file(secret)
+    try:
+        password = secret.read_text().strip()
+    except OSError:
+        raise LocalBrokerError(
+            f"the secured broker's files in {folder} are missing: start it"
+        ) from None
+    return Security(BrokerTls(folder / "tls"), k.sasl_mechanism, password)
+
+
+def _scram_credential(mechanism: str, user: str, password: str) -> str:
+    """A `kafka-storage format --add-scram` argument holding the salted password (SCRAM's Hi()),
+    so that the password itself never reaches a command line."""
+    salt = secrets.token_bytes(32)
+    digest = mechanism.removeprefix("SCRAM-").replace("-", "").lower()  # sha256, sha512
+    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, SCRAM_ITERATIONS)
+    b64 = base64.b64encode
+    return (
+        f"{mechanism}=[name={user},iterations={SCRAM_ITERATIONS},"
+        f'salt="{b64(salt).decode()}",saltedpassword="{b64(salted).decode()}"]'
+    )
+
+
+def _admin_settings(conf: LakehouseConf) -> dict[str, str]:
+    """librdkafka settings to reach the local cluster as its operator: for a secured one, as the
+    brokers' own user, trusting its own CA (whatever the clients' settings say)."""
+    settings = {"bootstrap.servers": addresses(conf), "log_level": "0"}
+    if (sec := _security(conf)) is not None:
+        settings |= {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": sec.mechanism,
+            "sasl.username": BROKER_USER,
+            "sasl.password": sec.broker_password,
+            "ssl.ca.location": str(sec.tls.ca_pem),
+        }
+    return settings
+
+
+def _reset_client_user(conf: LakehouseConf, sec: Security) -> None:
+    """Set the client user's SCRAM credential to the current password (created if missing)."""
+    mechanism = getattr(ScramMechanism, sec.mechanism.replace("-", "_"))
+    upsert = UserScramCredentialUpsertion(
+        conf.kafka.sasl_username,
+        ScramCredentialInfo(mechanism, SCRAM_ITERATIONS),
+        sasl_password(conf).encode(),
+    )
+    admin = AdminClient(_admin_settings(conf))
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=conf.kafka.request_timeout_s)
+
+
 def _node_pid(node: Node) -> int | None:
     """The pid of the node's Kafka process, if it runs (and is ours: its command names our file)."""
     p = node.paths
@@ -110,9 +224,9 @@ def _answers(conf: LakehouseConf, timeout: float = 3.0) -> bool:
     members = nodes(conf)
     if not all(_port_in_use(n.host, n.port) for n in members):
         return False
-    local = conf.updated({"kafka.bootstrap_servers": addresses(conf)})
+    settings = {**_admin_settings(conf), "socket.timeout.ms": str(int(timeout * 1000))}
     try:
-        meta = admin_client(local, timeout_s=timeout).list_topics(timeout=timeout)
+        meta = AdminClient(settings).list_topics(timeout=timeout)
     except Exception:
         return False
     return set(meta.brokers) == {n.id for n in members}
@@ -153,12 +267,15 @@ def _cluster_id(jvm: list[str], members: list[Node]) -> str:
     return subprocess.run(tool, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _format_storage(jvm: list[str], p: dict[str, Path], cluster_id: str, single: bool) -> None:
-    """Give a new data folder its KRaft metadata: the cluster's id and, for a single node, this
-    node as the only controller (a cluster's controllers are its static voters)."""
+def _format_storage(
+    jvm: list[str], p: dict[str, Path], cluster_id: str, single: bool, scram: list[str]
+) -> None:
+    """Give a new data folder its KRaft metadata: the cluster's id, its SCRAM users and, for a
+    single node, this node as the only controller (a cluster's controllers are its static voters)."""
     tool = [*jvm, "kafka.tools.StorageTool"]
     args = ["format", "-t", cluster_id, "-c", str(p["props"])]
     args += ["--standalone"] if single else []
+    args += [arg for credential in scram for arg in ("--add-scram", credential)]
     fmt = subprocess.run([*tool, *args], capture_output=True, text=True)
     if fmt.returncode != 0:
         raise LocalBrokerError(
@@ -167,8 +284,35 @@ def _format_storage(jvm: list[str], p: dict[str, Path], cluster_id: str, single:
         )
 
 
-def _properties(conf: LakehouseConf, node: Node, members: list[Node]) -> str:
-    """The node's server.properties: the template with its ports, quorum and replication."""
+def _security_properties(sec: Security | None) -> dict[str, str]:
+    """The template's listener and security settings, plaintext or SASL_SSL."""
+    if sec is None:
+        return {"listener": "PLAINTEXT", "controller_protocol": "PLAINTEXT", "security": ""}
+    mechanism, tls = sec.mechanism, sec.tls
+    login = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+    lines = {
+        "sasl.enabled.mechanisms": mechanism,
+        "sasl.mechanism.inter.broker.protocol": mechanism,
+        f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config": (
+            f'{login} username="{BROKER_USER}" password="{sec.broker_password}";'
+        ),
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(tls.keystore),
+        "ssl.keystore.password": tls.store_password(),
+        "ssl.key.password": tls.store_password(),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca_pem),
+        "listener.name.controller.ssl.client.auth": "required",  # controllers: mutual TLS
+    }
+    security = "\n".join(f"{key}={value}" for key, value in lines.items())
+    return {"listener": "SASL_SSL", "controller_protocol": "SSL", "security": security}
+
+
+def _properties(
+    conf: LakehouseConf, node: Node, members: list[Node], sec: Security | None = None
+) -> str:
+    """The node's server.properties: the template with its ports, quorum, replication and
+    security."""
     b = conf.local_broker
     if len(members) == 1:  # a dynamic quorum of one, as formatted with --standalone
         quorum = f"controller.quorum.bootstrap.servers={node.host}:{node.controller_port}"
@@ -185,6 +329,7 @@ def _properties(conf: LakehouseConf, node: Node, members: list[Node]) -> str:
         replication=replication,
         min_isr=min(2, replication),
         data=node.paths["data"],
+        **_security_properties(sec),
     )
 
 
@@ -223,21 +368,31 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     _check_ports(conf, members, pids)
     jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}"]
     classpath = ["-cp", f"{kafka_jars(b.version)}/*"]
-    cluster_id = None
+    sec = _security(conf, java)
+    cluster_id, scram, formatted = None, None, False
     launched: dict[int, Popen] = {}
     for n, pid in zip(members, pids, strict=True):
         p = n.paths
         for d in (p["logs"], p["data"]):
             d.mkdir(parents=True, exist_ok=True)
-        p["props"].write_text(_properties(conf, n, members))
+        write_private(p["props"], _properties(conf, n, members, sec))
         if pid is not None:
             continue
         node_jvm = [*jvm, f"-Dkafka.logs.dir={p['logs']}", *classpath]
         if not (p["data"] / "meta.properties").exists():
             cluster_id = cluster_id or _cluster_id(node_jvm, members)
-            _format_storage(node_jvm, p, cluster_id, single=len(members) == 1)
+            if scram is None:  # the same users, salts included, on every node
+                scram = [] if sec is None else [
+                    _scram_credential(sec.mechanism, BROKER_USER, sec.broker_password),
+                    _scram_credential(
+                        sec.mechanism, conf.kafka.sasl_username or "", sasl_password(conf)
+                    ),
+                ]  # fmt: skip
+            _format_storage(node_jvm, p, cluster_id, len(members) == 1, scram)
+            formatted = True
         what = "Apache Kafka" if len(members) == 1 else f"Apache Kafka node {n.id}"
-        say(f"kafka: starting {what} {b.version} (KRaft) at {n.address}, data in {n.dir}")
+        protocol = "" if sec is None else f", SASL_SSL with {sec.mechanism}"
+        say(f"kafka: starting {what} {b.version} (KRaft{protocol}) at {n.address}, data in {n.dir}")
         heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
         cmd = [*node_jvm, *heap, "kafka.Kafka", str(p["props"])]
         with open(p["out"], "ab") as out:
@@ -257,8 +412,12 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                     f"{p['logs'] / 'server.log'}:\n{tail(p['out'])}\n{tail(p['logs'] / 'server.log')}"
                 )
         if _answers(conf, timeout=2.0):
+            if sec is not None and not formatted and conf.kafka.sasl_password is not None:
+                _reset_client_user(conf, sec)  # the password may have changed since the format
             st = status(conf)
             say(f"kafka: {st.detail}")
+            if sec is not None:
+                say(f"kafka: clients trust {sec.tls.ca_pem} (kafka.ssl_ca_location)")
             return st
         time.sleep(0.5)
     raise LocalBrokerError(

@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
+from pipelines.errors import ExitCode
 from pipelines.local.jars import spark_jars
 from pipelines.local.processes import die_with_parent, terminate
 from pipelines.orchestration.runs import (
@@ -34,6 +35,9 @@ from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Ta
 from pipelines.spark_conf import LOG4J2, session_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Failures a retry repeats: retrying a refused login would only hammer the broker (and may lock
+# the account); the next run of the job, with new settings, tries again.
+NOT_RETRIED = {ExitCode.DENIED: "the broker refused the login or its certificate (exit code 7)"}
 
 
 def spark_submit_command(
@@ -174,6 +178,9 @@ class JobRunner:
             detail = f": {a.message}" if a.message else ""
             self._record(run, a, f"attempt {attempt} {a.state} in {a.seconds:.1f}s{detail}")
             last = a.state not in retry_on or 0 <= task.max_retries <= attempt
+            if a.exit_code in NOT_RETRIED and not last:
+                self._say(f"{task.key}: not retried: {NOT_RETRIED[a.exit_code]}")
+                return a.state
             if last or self.stopping.wait(task.min_retry_interval_ms / 1000):
                 return a.state
             attempt += 1
