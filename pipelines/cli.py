@@ -89,6 +89,19 @@ def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> None:
         print(f"  {t.key}: {t.python_file.name} {' '.join(t.parameters)}{after}")
 
 
+def job_environment(
+    conf: LakehouseConf, declared: dict[str, str], params: dict[str, str]
+) -> tuple[LakehouseConf, dict[str, str]]:
+    """The runner and a job's tasks share one environment: a declared `env` parameter left unset
+    is the runner's (`--env`, else $LAKEHOUSE_ENV), and one that is set is the runner's too, so
+    the run's records and logs sit beside the tables its tasks write."""
+    if "env" not in declared:
+        return conf, params
+    if params.setdefault("env", conf.env) != conf.env:
+        conf = load_config(params["env"])
+    return conf, params
+
+
 def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
     from pipelines.orchestration.runner import JobRunner
     from pipelines.orchestration.runs import RunState
@@ -97,7 +110,7 @@ def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
     spec = load_job_spec(args.spec)
     if bad := [p for p in args.param if "=" not in p]:
         raise InvalidJobSpecError(f"--param {bad[0]!r}: expected NAME=VALUE")
-    params = dict(p.split("=", 1) for p in args.param)
+    conf, params = job_environment(conf, spec.parameters, dict(p.split("=", 1) for p in args.param))
     echo = functools.partial(print, file=sys.stderr, flush=True)
     options = {"grace_seconds": args.grace_seconds, "master": args.master, "echo": echo}
     run = JobRunner(conf, spec, parameters=params, **options).run()

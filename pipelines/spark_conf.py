@@ -10,6 +10,7 @@ from pathlib import Path
 from pipelines.config import LakehouseConf
 
 LOG4J2 = Path(__file__).parent / "resources" / "log4j2.properties"
+SECRET_PATTERN = r"(?i)secret|password|token|access[.]?key|jaas"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -42,5 +43,10 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.sql.debug.maxToStringFields": "200",
+        # Spark's UI, event log and plans hide a setting or source option whose key or value
+        # matches: Spark's defaults, and the Kafka source's JAAS option by its key, whatever its
+        # login module calls the secret in its value.
+        "spark.redaction.regex": SECRET_PATTERN,
+        "spark.sql.redaction.options.regex": f"(?i)url|{SECRET_PATTERN.removeprefix('(?i)')}",
         **conf.spark.extra,
     }

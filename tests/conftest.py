@@ -77,15 +77,21 @@ def _can_bind(port: int) -> bool:
         return True
 
 
+def cluster_ports(count: int) -> tuple[int, int]:
+    """The first broker and controller ports of `count` nodes: two ranges that do not overlap."""
+    port = _free_ports(count)
+    while abs((controller_port := _free_ports(count)) - port) < count:
+        pass
+    return port, controller_port
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster(base_conf: LakehouseConf, tmp_path_factory: pytest.TempPathFactory):
     """A real three-broker KRaft cluster on loopback, started once for the session; topics of
     the orders stream get 3 replicas and min.insync.replicas 2."""
     from pipelines.local import broker
 
-    port = _free_ports(3)
-    while abs((controller_port := _free_ports(3)) - port) < 3:
-        pass
+    port, controller_port = cluster_ports(3)
     conf = base_conf.updated(
         {
             "local_broker.brokers": 3,

@@ -184,8 +184,12 @@ def _admin_settings(conf: LakehouseConf) -> dict[str, str]:
     return settings
 
 
-def _reset_client_user(conf: LakehouseConf, sec: Security) -> None:
-    """Set the client user's SCRAM credential to the current password (created if missing)."""
+def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
+    """Set the client user's SCRAM credential to the current password (created if missing), on a
+    secured cluster when the password is set: a new LAKEHOUSE_KAFKA_SASL_PASSWORD and `kafka
+    start` rotate it, running or not."""
+    if sec is None or conf.kafka.sasl_password is None:
+        return
     mechanism = getattr(ScramMechanism, sec.mechanism.replace("-", "_"))
     upsert = UserScramCredentialUpsertion(
         conf.kafka.sasl_username,
@@ -361,6 +365,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     current = status(conf)
     if current.running:
         say(f"kafka: already {current.detail}")
+        _reset_client_user(conf, _security(conf))
         return current
     members = nodes(conf)
     pids = list(current.pids)  # as status() just found them
@@ -369,7 +374,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}"]
     classpath = ["-cp", f"{kafka_jars(b.version)}/*"]
     sec = _security(conf, java)
-    cluster_id, scram, formatted = None, None, False
+    cluster_id, scram = None, None
     launched: dict[int, Popen] = {}
     for n, pid in zip(members, pids, strict=True):
         p = n.paths
@@ -389,7 +394,6 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                     ),
                 ]  # fmt: skip
             _format_storage(node_jvm, p, cluster_id, len(members) == 1, scram)
-            formatted = True
         what = "Apache Kafka" if len(members) == 1 else f"Apache Kafka node {n.id}"
         protocol = "" if sec is None else f", SASL_SSL with {sec.mechanism}"
         say(f"kafka: starting {what} {b.version} (KRaft{protocol}) at {n.address}, data in {n.dir}")
@@ -412,8 +416,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
                     f"{p['logs'] / 'server.log'}:\n{tail(p['out'])}\n{tail(p['logs'] / 'server.log')}"
                 )
         if _answers(conf, timeout=2.0):
-            if sec is not None and not formatted and conf.kafka.sasl_password is not None:
-                _reset_client_user(conf, sec)  # the password may have changed since the format
+            _reset_client_user(conf, sec)  # the password may have changed since the format
             st = status(conf)
             say(f"kafka: {st.detail}")
             if sec is not None:

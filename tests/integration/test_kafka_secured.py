@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from pipelines.config import REPO_ROOT, SASL_PASSWORD_ENV, load_config
 from pipelines.errors import ExitCode
-from pipelines.kafka import KafkaDeniedError, kafka_failure, spark_kafka_options
+from pipelines.kafka import KafkaDeniedError, admin_client, kafka_failure, spark_kafka_options
 from pipelines.layers.bronze import bronze_tables
 from pipelines.layers.gold import gold_tables, seed_dimensions
 from pipelines.local import broker
@@ -23,7 +23,7 @@ from pipelines.local.jars import java_executable
 from pipelines.local.tls import make_ca
 from pipelines.orchestration.runs import read_runs
 from tests import helpers
-from tests.conftest import _free_port, subprocess_env
+from tests.conftest import cluster_ports, subprocess_env
 from tests.integration.test_gold import gold_oracle, seeds, table
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
@@ -60,21 +60,25 @@ tasks:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory):
-    """A SASL_SSL broker (SCRAM-SHA-512, its own CA), started once for the module, and the `test`
-    environment pointed at it in a configuration folder of its own: the password only in
-    LAKEHOUSE_KAFKA_SASL_PASSWORD, Spark's event log on (what its UI and History Server show)."""
+    """A SASL_SSL cluster of three brokers (SCRAM-SHA-512, its own CA, replicating over SASL_SSL
+    as their own user, controllers over mutual TLS), started once for the module, and the `test`
+    environment pointed at it in a configuration folder of its own: topics with 3 replicas and
+    min.insync.replicas 2, the password only in LAKEHOUSE_KAFKA_SASL_PASSWORD, Spark's event log
+    on (what its UI and History Server show)."""
     password = f"pw-{secrets.token_urlsafe(18)}"
     base = tmp_path_factory.mktemp("secured")
-    port, controller_port = _free_port(), _free_port()
+    port, controller_port = cluster_ports(3)
     tree = yaml.safe_load((REPO_ROOT / "conf" / "test.yaml").read_text())
     tree["kafka"] = {
-        "bootstrap_servers": f"127.0.0.1:{port}",
+        "bootstrap_servers": ",".join(f"127.0.0.1:{port + i}" for i in range(3)),
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_username": "lakehouse-app",
         "ssl_ca_location": str(base / "kafka" / "security" / "tls" / "ca.pem"),
     }
+    tree["streams"]["orders"] |= {"replication_factor": 3, "min_insync_replicas": 2}
     tree["local_broker"] |= {
+        "brokers": 3,
         "security_protocol": "SASL_SSL",
         "port": port,
         "controller_port": controller_port,
@@ -155,6 +159,13 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     assert "SASL_SSL" in console["config"].stdout and "**********" in console["config"].stdout
 
     report = helpers.produce(conf, 200, 31, **TWISTS)
+    # acknowledged by all in-sync replicas (acks=all, at least 2): the brokers replicate over
+    # SASL_SSL as their own user
+    topic = admin_client(conf).list_topics(conf.streams["orders"].topic, timeout=10)
+    assert {
+        p: (sorted(m.replicas), sorted(m.isrs))
+        for p, m in topic.topics[conf.streams["orders"].topic].partitions.items()
+    } == {p: ([1, 2, 3], [1, 2, 3]) for p in range(conf.streams["orders"].partitions)}
     seed_dimensions(spark, conf)
     spec = tmp_path / "secured.yaml"
     spec.write_text(SPEC)
@@ -184,8 +195,8 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     # the search finds what is there: the brokers' own password, in their server.properties
     own = (base / "kafka" / "security" / "broker.pass").read_text().strip()
     assert sorted(files_holding(own, base / "kafka")) == [
+        *(str(base / "kafka" / f"node-{i}" / "server.properties") for i in (1, 2, 3)),
         str(base / "kafka" / "security" / "broker.pass"),
-        str(base / "kafka" / "server.properties"),
     ]
     assert delta_tables_holding(spark, password, conf.root) == []
     for name, done in console.items():
@@ -196,8 +207,9 @@ def test_a_wrong_password_or_an_untrusted_certificate_fails_fast_with_one_line_a
     spark, secured, tmp_path
 ):
     """confluent-kafka (the producer) and Spark's Kafka source each refuse on the first try, with
-    one line that names the mechanism and the servers; exit code 7; a job runner task retried for
-    ever is tried once."""
+    one line that names the mechanism and the servers; exit code 7; `kafka start` with a new
+    password rotates it on the running cluster; a job runner task retried for ever is tried
+    once."""
     conf, password, base = secured
     conf = conf.updated({"storage.root": str(tmp_path / "lake")})
     servers = conf.kafka.bootstrap_servers
@@ -232,6 +244,17 @@ def test_a_wrong_password_or_an_untrusted_certificate_fails_fast_with_one_line_a
         failure = kafka_failure(caught.value, bad, "bronze ingest")
         assert isinstance(failure, KafkaDeniedError), caught.value
         assert str(failure).startswith(f"bronze ingest stopped: {says}"), failure
+
+    # a new password in the environment and `kafka start` rotate it on the running cluster
+    rotated = f"rotated-{secrets.token_urlsafe(12)}"
+    for new, old in ((rotated, password), (password, rotated)):  # and back, for the module
+        with_new = conf.kafka.model_copy(update={"sasl_password": SecretStr(new)})
+        broker.start(conf.model_copy(update={"kafka": with_new}), quiet=True)
+        if new == rotated:
+            done = run_cli({**env, SASL_PASSWORD_ENV: new}, "produce", "--orders", "2")
+            assert done.returncode == 0, done.stderr
+            done = run_cli({**env, SASL_PASSWORD_ENV: old}, "produce", "--orders", "2")
+            assert done.returncode == ExitCode.DENIED, done.stderr
 
     # a task retried for ever is tried once
     spec = tmp_path / "retried.yaml"

@@ -136,3 +136,19 @@ def test_jobs_run_exits_0_when_every_task_succeeds_and_6_when_one_fails(tmp_path
             f"      python_file: {script}\n      parameters: ['{code}']\n"
         )
         assert cli.main(["jobs", "run", str(spec), "--env", "test"]) == expected
+
+
+def test_a_job_and_its_runner_share_one_environment():
+    """The `env` a job's tasks run in is the runner's: unset, it is the runner's own; set, the
+    runner records the run in that environment's storage, beside the tables its tasks write."""
+    from pipelines.config import load_config
+
+    conf = load_config("test")
+    assert cli.job_environment(conf, {"env": "local"}, {}) == (conf, {"env": "test"})
+    secured, params = cli.job_environment(conf, {"env": "local"}, {"env": "local-secured"})
+    assert (secured.env, secured.storage.root, params) == (
+        "local-secured",
+        "data/local-secured",
+        {"env": "local-secured"},
+    )
+    assert cli.job_environment(conf, {"day": "x"}, {"day": "y"}) == (conf, {"day": "y"})

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -5,6 +6,7 @@ from pydantic import SecretStr
 
 from pipelines.config import REPO_ROOT, InvalidConfigError, load_config
 from pipelines.kafka import redacted, spark_kafka_options
+from pipelines.spark_conf import session_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -97,6 +99,27 @@ def test_sasl_password_comes_only_from_the_environment_and_is_never_logged(tmp_p
     options = spark_kafka_options(load_config(path=f))
     assert 'password="s3cr3t-value"' in options["kafka.sasl.jaas.config"]
     assert "s3cr3t-value" not in str(redacted(options))
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_spark_hides_every_kafka_option_that_holds_the_password_by_its_key(
+    tmp_path, monkeypatch, mechanism
+):
+    """Spark's UI, event log and plans redact a pair whose key matches its redaction regexes:
+    each option carrying the password is caught by its key alone, whatever its value says."""
+    f = write(
+        tmp_path,
+        f"kafka:\n  security_protocol: SASL_SSL\n  sasl_mechanism: {mechanism}\n"
+        "  sasl_username: lake\n",
+    )
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_PASSWORD", "s3cr3t-value")
+    conf = load_config(path=f)
+    holding = [k for k, v in spark_kafka_options(conf).items() if "s3cr3t-value" in v]
+    assert holding == ["kafka.sasl.jaas.config"]
+    settings = session_settings(conf)
+    for regex in ("spark.redaction.regex", "spark.sql.redaction.options.regex"):
+        assert all(re.search(settings[regex], key) for key in holding), regex
+    assert re.search(settings["spark.sql.redaction.options.regex"], "url")  # Spark's default kept
 
 
 def test_trigger_interval_must_be_a_duration(tmp_path):
