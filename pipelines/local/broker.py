@@ -151,7 +151,9 @@ def _security(conf: LakehouseConf, java: str | None = None) -> Security | None:
         password = secret.read_text().strip()
     except OSError:
         raise LocalBrokerError(
-            f"the secured broker's files in {folder} are missing: start it"
+            f"the secured broker's files in {folder} are missing: a broker started before "
+            "local_broker.security_protocol was SASL_SSL keeps its plaintext listener; "
+            "`lakehouse kafka stop`, then `lakehouse kafka start` makes them"
         ) from None
     return Security(BrokerTls(folder / "tls"), k.sasl_mechanism, password)
 
