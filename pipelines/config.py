@@ -64,7 +64,15 @@ class _Section(BaseModel):
 class StorageConf(_Section):
     """Where the tables live: one root, tables and checkpoints derived from it."""
 
-    root: str = "data/local"
+    # A local or mounted folder; a URI (s3a://, abfss://, file:) is refused, never turned into a
+    # local folder named like it.
+    root: Annotated[
+        str,
+        _matching(
+            r"(?![A-Za-z][\w+.-]*:).+",
+            "a local or mounted folder: URIs such as s3a://bucket/prefix are not supported yet",
+        ),
+    ] = "data/local"
 
 
 class KafkaConf(_Section):

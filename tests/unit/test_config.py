@@ -241,3 +241,15 @@ def test_environment_variable_beats_the_file_and_the_file_beats_the_defaults(tmp
     conf = load_config("staging")
     assert (conf.env, conf.spark.app_name, conf.spark.master) == ("staging", "from-env", "local[1]")
     assert conf.spark.log_level == "WARN"  # the default
+
+
+@pytest.mark.parametrize(
+    "root", ["s3a://bucket/lake", "abfss://c@a.dfs.core.windows.net/x", "file:/x"]
+)
+def test_a_storage_root_uri_is_refused_naming_the_key_never_made_a_local_folder(tmp_path, root):
+    f = write(tmp_path, f"storage:\n  root: {root}\n")
+    with pytest.raises(InvalidConfigError) as caught:
+        load_config(path=f)
+    assert f"storage.root in {f}" in str(caught.value)
+    assert "URIs such as s3a://bucket/prefix are not supported yet" in str(caught.value)
+    assert load_config(path=write(tmp_path, "storage:\n  root: data/x:y\n")).root.name == "x:y"
