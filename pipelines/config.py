@@ -27,6 +27,8 @@ from pipelines.errors import ConfigError
 
 ENV_PREFIX = "LAKEHOUSE__"
 SASL_PASSWORD_ENV = "LAKEHOUSE_KAFKA_SASL_PASSWORD"
+# What names a secret, in an option's key or value: redacted from our logs and Spark's UI.
+SECRET_PATTERN = r"(?i)secret|password|token|access[.]?key|jaas"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.config import SASL_PASSWORD_ENV, InvalidConfigError, LakehouseConf
+from pipelines.config import (
+    SASL_PASSWORD_ENV,
+    SECRET_PATTERN,
+    InvalidConfigError,
+    LakehouseConf,
+)
 from pipelines.errors import ConfigError, DeniedError, UnreachableError
 
 
@@ -75,7 +80,7 @@ def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
 
 def redacted(options: dict[str, str]) -> dict[str, str]:
     """Options fit for a log line: secrets replaced."""
-    return {k: "***" if re.search("jaas|password|secret", k) else v for k, v in options.items()}
+    return {k: "***" if re.search(SECRET_PATTERN, k) else v for k, v in options.items()}
 
 
 def admin_client(
@@ -92,7 +97,6 @@ def admin_client(
 def denied(conf: LakehouseConf, what: str, *, login: bool, detail: str = "") -> KafkaDeniedError:
     """The one line for a refused login (`login`) or an untrusted broker certificate."""
     k = conf.kafka
-    how = f"{k.security_protocol}{f' with {k.sasl_mechanism}' if k.sasl_mechanism else ''}"
     if login:
         why = (
             f"Kafka at {k.bootstrap_servers} refused the {k.sasl_mechanism} login of user "
@@ -101,6 +105,7 @@ def denied(conf: LakehouseConf, what: str, *, login: bool, detail: str = "") -> 
         )
     else:
         trusted = conf.ssl_ca_file or "the system's CAs"
+        how = f"{k.security_protocol}{f' with {k.sasl_mechanism}' if k.sasl_mechanism else ''}"
         why = (
             f"the TLS certificate of Kafka at {k.bootstrap_servers} ({how}) is not trusted"
             f"{detail}: kafka.ssl_ca_location in {conf.source} ({trusted}) must hold the CA that "
@@ -122,10 +127,11 @@ def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None
             return
         except KafkaException as e:
             admin.poll(0)  # serves error_cb: librdkafka reports a refusal only there
-            codes = {r.code() for r in refusals}
-            if KafkaError._AUTHENTICATION in codes:
+            if any(r.code() == KafkaError._AUTHENTICATION for r in refusals):
                 raise denied(conf, "", login=True) from None
-            if KafkaError._SSL in codes:
+            # librdkafka reports every failed TLS handshake as _SSL (a plaintext listener, a
+            # node going down mid-handshake): only a certificate it refused is final
+            if any(r.code() == KafkaError._SSL and _UNTRUSTED in r.str() for r in refusals):
                 raise denied(conf, "", login=False) from None
             if time.monotonic() < deadline:
                 continue
@@ -136,6 +142,9 @@ def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None
                 "yours."
             ) from None
 
+
+# What librdkafka says when it refused the broker's certificate (untrusted, or not naming it).
+_UNTRUSTED = "certificate verify failed"
 
 # What Kafka's client (and Spark's consumer of it) say when no broker answered in time.
 KAFKA_TIMEOUTS = (

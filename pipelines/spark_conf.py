@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.config import LakehouseConf
+from pipelines.config import SECRET_PATTERN, LakehouseConf
 
 LOG4J2 = Path(__file__).parent / "resources" / "log4j2.properties"
-SECRET_PATTERN = r"(?i)secret|password|token|access[.]?key|jaas"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 

@@ -8,10 +8,11 @@ registered and answers.
 
 With `local_broker.security_protocol: SASL_SSL` clients reach it over TLS only, verified against a
 CA of its own (`data_dir/security/tls/ca.pem`), and log in with SCRAM (`kafka.sasl_mechanism`) as
-`kafka.sasl_username`, the password from LAKEHOUSE_KAFKA_SASL_PASSWORD. The user is created when
-the storage is formatted (Kafka's own tool, given the salted password, never the password) and its
-credential is reset to the current password at every later start. The brokers talk to each other
-over TLS as a user of their own, and to the controllers over mutual TLS.
+`kafka.sasl_username`, the password from LAKEHOUSE_KAFKA_SASL_PASSWORD: its credential is set to
+the current password at every start, the cluster running or not, and `start` returns once every
+broker takes it. The brokers talk to each other over TLS as a user of their own, created when the
+storage is formatted (Kafka's own tool, its salted password in a private argument file, never on
+a command line), and to the controllers over mutual TLS.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def _security(conf: LakehouseConf, java: str | None = None) -> Security | None:
 
 
 def _scram_credential(mechanism: str, user: str, password: str) -> str:
-    """A `kafka-storage format --add-scram` argument holding the salted password (SCRAM's Hi()),
-    so that the password itself never reaches a command line."""
+    """A `kafka-storage format --add-scram` argument holding the salted password (SCRAM's Hi()):
+    it logs in as well as the password, so it is kept off command lines too."""
     salt = secrets.token_bytes(32)
     digest = mechanism.removeprefix("SCRAM-").replace("-", "").lower()  # sha256, sha512
     salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, SCRAM_ITERATIONS)
@@ -186,6 +187,15 @@ def _admin_settings(conf: LakehouseConf) -> dict[str, str]:
     return settings
 
 
+def _logs_in(settings: dict[str, str], timeout: float) -> bool:
+    """Whether a client with these librdkafka settings gets the cluster's metadata."""
+    try:
+        AdminClient(settings).list_topics(timeout=timeout)
+    except Exception:
+        return False
+    return True
+
+
 def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
     """Set the client user's SCRAM credential to the current password (created if missing), on a
     secured cluster when the password is set: a new LAKEHOUSE_KAFKA_SASL_PASSWORD and `kafka
@@ -198,9 +208,28 @@ def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
         ScramCredentialInfo(mechanism, SCRAM_ITERATIONS),
         sasl_password(conf).encode(),
     )
+    timeout = conf.kafka.request_timeout_s
     admin = AdminClient(_admin_settings(conf))
-    for future in admin.alter_user_scram_credentials([upsert]).values():
-        future.result(timeout=conf.kafka.request_timeout_s)
+    try:
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=timeout)
+    except Exception as e:
+        raise LocalBrokerError(
+            f"setting the SCRAM password of user {conf.kafka.sasl_username!r} on Kafka at "
+            f"{addresses(conf)} failed: {e}"
+        ) from None
+    # the controllers committed it; each broker applies it from the metadata log in its own time
+    login = {"sasl.username": conf.kafka.sasl_username, "sasl.password": sasl_password(conf)}
+    deadline = time.monotonic() + timeout
+    for n in nodes(conf):
+        settings = {**_admin_settings(conf), **login, "bootstrap.servers": n.address}
+        while not _logs_in(settings, timeout=1.0):
+            if time.monotonic() > deadline:
+                raise LocalBrokerError(
+                    f"Kafka at {n.address} still refuses the new SCRAM password of user "
+                    f"{conf.kafka.sasl_username!r} after {timeout}s; see "
+                    f"{n.paths['logs'] / 'server.log'}"
+                )
 
 
 def _node_pid(node: Node) -> int | None:
@@ -278,11 +307,18 @@ def _format_storage(
 ) -> None:
     """Give a new data folder its KRaft metadata: the cluster's id, its SCRAM users and, for a
     single node, this node as the only controller (a cluster's controllers are its static voters)."""
-    tool = [*jvm, "kafka.tools.StorageTool"]
-    args = ["format", "-t", cluster_id, "-c", str(p["props"])]
+    args = ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(p["props"])]
     args += ["--standalone"] if single else []
     args += [arg for credential in scram for arg in ("--add-scram", credential)]
-    fmt = subprocess.run([*tool, *args], capture_output=True, text=True)
+    # A salted SCRAM password logs in as well as the password: it reaches the tool in a file only
+    # its owner reads (the JVM's @argfile, main class included: later @files are not expanded),
+    # never on a command line that `ps` shows.
+    argfile = p["data"].parent / "format.args"
+    write_private(argfile, "\n".join(f"'{a}'" for a in args) + "\n")
+    try:
+        fmt = subprocess.run([*jvm, f"@{argfile}"], capture_output=True, text=True)
+    finally:
+        argfile.unlink(missing_ok=True)
     if fmt.returncode != 0:
         raise LocalBrokerError(
             f"formatting Kafka storage in {p['data']} failed: "
@@ -388,12 +424,9 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         node_jvm = [*jvm, f"-Dkafka.logs.dir={p['logs']}", *classpath]
         if not (p["data"] / "meta.properties").exists():
             cluster_id = cluster_id or _cluster_id(node_jvm, members)
-            if scram is None:  # the same users, salts included, on every node
-                scram = [] if sec is None else [
-                    _scram_credential(sec.mechanism, BROKER_USER, sec.broker_password),
-                    _scram_credential(
-                        sec.mechanism, conf.kafka.sasl_username or "", sasl_password(conf)
-                    ),
+            if scram is None:  # the same user, salt included, on every node; the client user
+                scram = [] if sec is None else [  # is set once the cluster answers
+                    _scram_credential(sec.mechanism, BROKER_USER, sec.broker_password)
                 ]  # fmt: skip
             _format_storage(node_jvm, p, cluster_id, len(members) == 1, scram)
         what = "Apache Kafka" if len(members) == 1 else f"Apache Kafka node {n.id}"

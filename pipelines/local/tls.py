@@ -78,11 +78,18 @@ def _private_dir(path: Path) -> None:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read (it holds a password)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    path.chmod(0o600)  # an older file keeps its mode through O_CREAT
+    """Write a file only its owner can read (it holds a password): a new file, made private
+    before it holds anything, then renamed over the old one (whose mode and open readers it
+    does not inherit)."""
+    work = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(work, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(work, path)
+    except BaseException:
+        work.unlink(missing_ok=True)
+        raise
 
 
 def new_password_file(path: Path) -> None:

@@ -88,6 +88,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory):
     tree["spark"]["extra"] = {
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": f"file://{base / 'events'}",
+        "spark.eventLog.compress": "false",  # Spark 4 compresses it: a byte search would miss
     }
     tree["storage"] = {"root": str(base / "lake")}
     (base / "conf").mkdir()
@@ -192,6 +193,9 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     events = list((base / "events").iterdir())
     assert len(events) == 1, events  # the task's event log: its environment page, its plans
     assert files_holding(password, conf.root, base / "kafka", base / "events", tmp_path) == []
+    # the search reads what the event log holds: the run's topic, in its Kafka source's plans
+    (log,) = [f for f in (base / "events").rglob("events_*") if f.is_file()]
+    assert files_holding(conf.streams["orders"].topic, base / "events") == [str(log)]
     # the search finds what is there: the brokers' own password, in their server.properties
     own = (base / "kafka" / "security" / "broker.pass").read_text().strip()
     assert sorted(files_holding(own, base / "kafka")) == [
@@ -228,7 +232,9 @@ def test_a_wrong_password_or_an_untrusted_certificate_fails_fast_with_one_line_a
         lines = done.stderr.strip().splitlines()
         assert (done.returncode, len(lines)) == (ExitCode.DENIED, 1), done.stderr
         assert lines[0].startswith(f"error: {says}"), lines
-        print(f"producer refused in {time.monotonic() - started:.1f}s")
+        refused_in = time.monotonic() - started
+        print(f"producer refused in {refused_in:.1f}s")
+        assert refused_in < conf.kafka.request_timeout_s  # refused, not waited out as unreachable
 
     # Spark's own Kafka source, on the same refusals
     wrong_password = conf.kafka.model_copy(update={"sasl_password": SecretStr("not-" + password)})
@@ -240,7 +246,9 @@ def test_a_wrong_password_or_an_untrusted_certificate_fails_fast_with_one_line_a
         started = time.monotonic()
         with pytest.raises(Exception) as caught:
             source.option("subscribe", "orders.anything").load().count()
-        print(f"Spark's Kafka source refused in {time.monotonic() - started:.1f}s")
+        refused_in = time.monotonic() - started
+        print(f"Spark's Kafka source refused in {refused_in:.1f}s")
+        assert refused_in < conf.kafka.request_timeout_s
         failure = kafka_failure(caught.value, bad, "bronze ingest")
         assert isinstance(failure, KafkaDeniedError), caught.value
         assert str(failure).startswith(f"bronze ingest stopped: {says}"), failure

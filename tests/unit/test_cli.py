@@ -140,7 +140,7 @@ def test_jobs_run_exits_0_when_every_task_succeeds_and_6_when_one_fails(tmp_path
 
 def test_a_job_and_its_runner_share_one_environment():
     """The `env` a job's tasks run in is the runner's: unset, it is the runner's own; set, the
-    runner records the run in that environment's storage, beside the tables its tasks write."""
+    runner takes that environment's configuration (its storage root: where it records runs)."""
     from pipelines.config import load_config
 
     conf = load_config("test")

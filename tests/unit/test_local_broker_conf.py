@@ -104,7 +104,7 @@ def test_a_secured_node_serves_sasl_ssl_with_scram_and_talks_to_controllers_over
     assert "sasl.jaas.config" not in " ".join(k for k in props if not k.startswith("listener."))
 
 
-def test_the_scram_user_reaches_the_storage_tool_salted_never_as_the_password():
+def test_the_scram_user_reaches_the_storage_tool_as_kafka_expects_it_salted():
     argument = broker._scram_credential("SCRAM-SHA-512", "app", "the-password")
     match = re.fullmatch(
         r'SCRAM-SHA-512=\[name=app,iterations=8192,salt="([^"]+)",saltedpassword="([^"]+)"\]',
@@ -113,7 +113,6 @@ def test_the_scram_user_reaches_the_storage_tool_salted_never_as_the_password():
     assert match, argument
     salt, salted = (base64.b64decode(g) for g in match.groups())
     assert salted == hashlib.pbkdf2_hmac("sha512", b"the-password", salt, 8192)
-    assert "the-password" not in argument
 
 
 @pytest.mark.parametrize(
