@@ -32,6 +32,7 @@ from subprocess import DEVNULL, STDOUT, Popen
 
 from confluent_kafka.admin import (
     AdminClient,
+    ClusterMetadata,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -187,13 +188,13 @@ def _admin_settings(conf: LakehouseConf) -> dict[str, str]:
     return settings
 
 
-def _logs_in(settings: dict[str, str], timeout: float) -> bool:
-    """Whether a client with these librdkafka settings gets the cluster's metadata."""
+def _metadata(settings: dict[str, str], timeout: float) -> ClusterMetadata | None:
+    """The cluster's metadata for a client with these librdkafka settings, or None when it gets
+    none in time (no broker answered, or one refused it)."""
     try:
-        AdminClient(settings).list_topics(timeout=timeout)
+        return AdminClient(settings).list_topics(timeout=timeout)
     except Exception:
-        return False
-    return True
+        return None
 
 
 def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
@@ -206,7 +207,7 @@ def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
     upsert = UserScramCredentialUpsertion(
         conf.kafka.sasl_username,
         ScramCredentialInfo(mechanism, SCRAM_ITERATIONS),
-        sasl_password(conf).encode(),
+        (password := sasl_password(conf)).encode(),
     )
     timeout = conf.kafka.request_timeout_s
     admin = AdminClient(_admin_settings(conf))
@@ -219,11 +220,14 @@ def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
             f"{addresses(conf)} failed: {e}"
         ) from None
     # the controllers committed it; each broker applies it from the metadata log in its own time
-    login = {"sasl.username": conf.kafka.sasl_username, "sasl.password": sasl_password(conf)}
+    login = {
+        **_admin_settings(conf),
+        "sasl.username": conf.kafka.sasl_username,
+        "sasl.password": password,
+    }
     deadline = time.monotonic() + timeout
     for n in nodes(conf):
-        settings = {**_admin_settings(conf), **login, "bootstrap.servers": n.address}
-        while not _logs_in(settings, timeout=1.0):
+        while _metadata({**login, "bootstrap.servers": n.address}, timeout=1.0) is None:
             if time.monotonic() > deadline:
                 raise LocalBrokerError(
                     f"Kafka at {n.address} still refuses the new SCRAM password of user "
@@ -260,11 +264,8 @@ def _answers(conf: LakehouseConf, timeout: float = 3.0) -> bool:
     if not all(_port_in_use(n.host, n.port) for n in members):
         return False
     settings = {**_admin_settings(conf), "socket.timeout.ms": str(int(timeout * 1000))}
-    try:
-        meta = AdminClient(settings).list_topics(timeout=timeout)
-    except Exception:
-        return False
-    return set(meta.brokers) == {n.id for n in members}
+    meta = _metadata(settings, timeout)
+    return meta is not None and set(meta.brokers) == {n.id for n in members}
 
 
 def status(conf: LakehouseConf) -> BrokerStatus:
