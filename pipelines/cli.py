@@ -31,6 +31,7 @@ SERVICES = {  # command: module, help
         "the local KRaft broker (or cluster: local_broker.brokers)",
     ),
     "cluster": ("pipelines.local.cluster", "a Spark standalone cluster (master + workers) here"),
+    "storage": ("pipelines.local.s3", "a local S3 endpoint (S3Proxy) for an s3a:// storage root"),
 }
 TWISTS = {  # --option: the StreamOptions rate it sets, help
     "redeliveries": ("redelivery_rate", "share of events re-sent"),
@@ -44,7 +45,8 @@ TWISTS = {  # --option: the StreamOptions rate it sets, help
 
 
 def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
-    """start | stop | status of the local broker (`kafka`) or the standalone cluster (`cluster`)."""
+    """start | stop | status of the local broker (`kafka`), the standalone cluster (`cluster`)
+    or the local S3 endpoint (`storage`)."""
     service = importlib.import_module(SERVICES[args.command][0])
     if args.action == "status":
         st = service.status(conf)
@@ -216,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    command("setup", setup, "fetch the JVM jars (Delta, Kafka source, Kafka broker)")
+    command("setup", setup, "fetch the JVM jars (Delta, Kafka source, S3A, Kafka, S3Proxy)")
     for name, (_, help) in SERVICES.items():
         p = command(name, service_command, help)
         p.add_argument("action", choices=SERVICE_ACTIONS)

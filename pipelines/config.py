@@ -63,18 +63,59 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+# Roots on Hadoop file systems, by the same code: tables, checkpoints, leases and results go
+# through Hadoop's FileSystem API, the runs table through delta-rs. s3a is tested against a real
+# S3 endpoint; abfss, gs and hdfs need their connector on the classpath (and delta-rs's support).
+_ROOT = r"(?![A-Za-z][\w+.-]*:).+|(s3a|abfss?|gs|hdfs)://[^/]+(/.*)?"
+_ROOT_WHAT = (
+    "a local folder or a URI of a bucket (and prefix): s3a://bucket/prefix, abfss://container@"
+    "account.dfs.core.windows.net/prefix, gs://bucket/prefix, hdfs://namenode/prefix (s3:// "
+    "and s3n:// are not Hadoop's S3 connector: use s3a://)"
+)
+
+
+class S3Conf(_Section):
+    """The S3 or S3-compatible endpoint of an s3a:// root. The keys come only from the
+    environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, read alike by Spark's S3A connector
+    and by delta-rs (or from the machine's role when they are unset)."""
+
+    endpoint: str | None = None  # e.g. http://127.0.0.1:9590; None: AWS's, for `region`
+    region: str = "us-east-1"
+    path_style_access: bool = False  # bucket in the path, not the host name: most local servers
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """delta-rs's `storage_options` for the same endpoint (keys from the environment).
+        Commits are conditional PUTs (If-None-Match), as the Spark side's log store makes them."""
+        options = {"AWS_REGION": self.region, "conditional_put": "etag"}
+        if self.endpoint:
+            options["AWS_ENDPOINT_URL"] = self.endpoint
+            options["AWS_ALLOW_HTTP"] = str(self.endpoint.lower().startswith("http:")).lower()
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not self.path_style_access).lower()
+        return options
+
+
 class StorageConf(_Section):
     """Where the tables live: one root, tables and checkpoints derived from it."""
 
-    # A local or mounted folder; a URI (s3a://, abfss://, file:) is refused, never turned into a
-    # local folder named like it.
-    root: Annotated[
-        str,
-        _matching(
-            r"(?![A-Za-z][\w+.-]*:).+",
-            "a local or mounted folder: URIs such as s3a://bucket/prefix are not supported yet",
-        ),
-    ] = "data/local"
+    # A local folder (the embedded default) or a URI; anything else is refused, never turned into
+    # a local folder named like it.
+    root: Annotated[str, _matching(_ROOT, _ROOT_WHAT)] = "data/local"
+    s3: S3Conf = S3Conf()
+    # Task logs of the job runner: a local folder; by default `<root>/_jobs/logs` on a local
+    # root and `.lakehouse/logs/<env>` on a remote one.
+    log_dir: str | None = None
+
+
+class LocalStorageConf(_Section):
+    """The embedded S3 server of `lakehouse storage start`: S3Proxy with its filesystem backend
+    (objects are files under `data_dir`), keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."""
+
+    version: str = "4.1.0"
+    host: str = "127.0.0.1"
+    port: Port = 9590
+    data_dir: str = ".lakehouse/s3/local"
+    heap: Size = "256m"
+    start_timeout_s: Count = 60
 
 
 class KafkaConf(_Section):
@@ -235,6 +276,7 @@ class LakehouseConf(_Section):
     storage: StorageConf = StorageConf()
     kafka: KafkaConf = KafkaConf()
     local_broker: LocalBrokerConf = LocalBrokerConf()
+    local_storage: LocalStorageConf = LocalStorageConf()
     spark: SparkConf = SparkConf()
     bronze: BronzeConf = BronzeConf()
     silver: SilverConf = SilverConf()
@@ -248,16 +290,37 @@ class LakehouseConf(_Section):
     streams: dict[str, StreamConf] = {}
 
     @property
-    def root(self) -> Path:
-        return _resolve(self.storage.root)
+    def root(self) -> str:
+        """The storage root: an absolute local path, or a URI as configured (no trailing /)."""
+        if self.remote:
+            return self.storage.root.rstrip("/")
+        return str(_resolve(self.storage.root))
+
+    @property
+    def remote(self) -> bool:
+        """Whether the root is a URI (object storage, HDFS) rather than a local folder."""
+        return re.match(r"[A-Za-z][\w+.-]*:", self.storage.root) is not None
+
+    def delta_rs_options(self) -> dict[str, str] | None:
+        """delta-rs's `storage_options` for the root (None: its defaults, from the environment)."""
+        return self.storage.s3.delta_rs_options() if self.root.startswith("s3a://") else None
 
     def table_path(self, table: str) -> str:
         """Path of a table named like `bronze/orders_raw` (or `bronze.orders_raw`)."""
-        return str(self.root / _table_rel(table))
+        return f"{self.root}/{_table_rel(table)}"
 
     def checkpoint_path(self, table: str) -> str:
         """The one checkpoint of the sink that writes `table`."""
-        return str(self.root / "_checkpoints" / _table_rel(table))
+        return f"{self.root}/_checkpoints/{_table_rel(table)}"
+
+    @property
+    def log_dir(self) -> Path:
+        """The local folder of the job runner's task logs."""
+        if self.storage.log_dir is not None:
+            return _resolve(self.storage.log_dir)
+        if self.remote:
+            return _resolve(".lakehouse/logs") / self.env
+        return Path(self.root) / "_jobs" / "logs"
 
     def stream(self, name: str) -> StreamConf:
         if name not in self.streams:
@@ -270,6 +333,10 @@ class LakehouseConf(_Section):
     @property
     def seed_dir(self) -> Path:
         return _resolve(self.gold.seed_dir)
+
+    @property
+    def storage_data_dir(self) -> Path:
+        return _resolve(self.local_storage.data_dir)
 
     @property
     def broker_data_dir(self) -> Path:
@@ -299,12 +366,12 @@ class LakehouseConf(_Section):
         return self.model_dump(mode="json")
 
 
-def _table_rel(table: str) -> Path:
+def _table_rel(table: str) -> str:
     if not re.fullmatch(r"[\w-]+([./][\w-]+)*", table, re.ASCII):
         raise InvalidConfigError(
             f"bad table name {table!r}: use layer/name, e.g. bronze/orders_raw"
         )
-    return Path(*re.split(r"[./]", table))
+    return "/".join(re.split(r"[./]", table))
 
 
 def _resolve(path: str) -> Path:

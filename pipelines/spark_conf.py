@@ -11,6 +11,9 @@ from pipelines.config import SECRET_PATTERN, LakehouseConf
 
 LOG4J2 = Path(__file__).parent / "resources" / "log4j2.properties"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# The project's Delta log store (pipelines/resources/java): each commit is created only if no one
+# created it, atomically in the store, so that any number of drivers may commit to one table.
+LOG_STORE_CLASS = "lakehouse.storage.ConditionalPutLogStore"
 
 
 def session_settings(conf: LakehouseConf) -> dict[str, str]:
@@ -47,5 +50,26 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         # login module calls the secret in its value.
         "spark.redaction.regex": SECRET_PATTERN,
         "spark.sql.redaction.options.regex": f"(?i)url|{SECRET_PATTERN.removeprefix('(?i)')}",
+        **storage_settings(conf),
         **conf.spark.extra,
     }
+
+
+def storage_settings(conf: LakehouseConf) -> dict[str, str]:
+    """The Delta log store, and how S3A reaches an s3a:// root. No keys: S3A reads
+    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the environment, as delta-rs does."""
+    s3 = conf.storage.s3
+    settings = {
+        f"spark.delta.logStore.{scheme}.impl": LOG_STORE_CLASS for scheme in ("s3a", "file")
+    }
+    settings |= {
+        # PUT If-None-Match for a create that must not replace a file (Delta commits, leases)
+        "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style_access).lower(),
+    }
+    if s3.endpoint:
+        settings["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint
+        secure = s3.endpoint.lower().startswith("https:")
+        settings["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(secure).lower()
+    return settings

@@ -43,6 +43,7 @@ from pipelines.streaming.delta import has_log, snapshot
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
+from pipelines.streaming.storage import Files
 from pipelines.streaming.tables import Table, declared, ensure_table
 
 log = logging.getLogger("lakehouse.bronze")
@@ -161,8 +162,9 @@ class AppendRawRecords(IdempotentSink):
     def _record_batch_gaps(self, spark: SparkSession, batch_id: int) -> None:
         """Gaps inside this batch's offset range: Kafka deleted them before Spark read them."""
         topic = self.stream.topic
-        start = checkpoints.batch_start_offsets(self.tables.checkpoint, batch_id, topic) or {}
-        end = checkpoints.batch_end_offsets(self.tables.checkpoint, batch_id, topic) or {}
+        files, checkpoint = Files(spark), self.tables.checkpoint
+        start = checkpoints.batch_start_offsets(files, checkpoint, batch_id, topic) or {}
+        end = checkpoints.batch_end_offsets(files, checkpoint, batch_id, topic) or {}
         low = {w.partition: w.low for w in topic_watermarks(self.conf, topic)}
         gaps = []
         for p, s in start.items():
@@ -213,7 +215,7 @@ def start_bronze(
     else:
         ensure_bronze_tables(spark, conf, stream)
 
-    next_offsets = checkpoints.resume_offsets(tables.checkpoint, topic)
+    next_offsets = checkpoints.resume_offsets(Files(spark), tables.checkpoint, topic)
     starting = "earliest"
     if next_offsets is None:
         in_table = {} if sink.ready else table_max_offsets(spark, tables.raw, topic)
@@ -282,7 +284,7 @@ def run_bronze(
         name="bronze",
         what=f"bronze ingest of topic {stream.topic!r} from {conf.kafka.bootstrap_servers} into {tables.raw}",
         progress=progress,
-        explain=lambda e: _explain_failure(e, conf, stream, tables),
+        explain=lambda e: _explain_failure(e, spark, conf, stream, tables),
     )
 
 
@@ -293,7 +295,11 @@ def _retention_gaps(topic: str, next_offsets: dict[int, int], watermarks) -> lis
 
 
 def _explain_failure(
-    e: StreamingQueryException, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables
+    e: StreamingQueryException,
+    spark: SparkSession,
+    conf: LakehouseConf,
+    stream: StreamConf,
+    tables: BronzeTables,
 ) -> Exception | None:
     """A Kafka source that lost offsets to retention fails with text only: name the gap; one that
     no broker answered, or one that refused the login, names the servers."""
@@ -301,7 +307,7 @@ def _explain_failure(
         return failure
     lowered = str(e).lower()
     if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
-        resume = checkpoints.resume_offsets(tables.checkpoint, stream.topic) or {}
+        resume = checkpoints.resume_offsets(Files(spark), tables.checkpoint, stream.topic) or {}
         gaps = _retention_gaps(stream.topic, resume, topic_watermarks(conf, stream.topic))
         if gaps:
             return RetentionGapError(gaps, conf, tables.name)

@@ -47,6 +47,7 @@ from pipelines.streaming.delta import recover_checkpoint
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import FACTORY_MODE, INTERPRETED, session_confs
+from pipelines.streaming.storage import Files
 
 # Up to this many offsets a batch runs interpreted projections (measured: faster up to 60,000).
 SMALL_BATCH = 60_000
@@ -90,7 +91,9 @@ class Pipeline(IdempotentSink):
             layer.spark = self.spark
         # a small batch runs interpreted projections (`INTERPRETED`), unless the session sets
         # the mode itself; the state query (its own session) stays compiled
-        offsets = checkpoints.batch_offsets_read(self.checkpoint, batch_id, self.topic)
+        offsets = checkpoints.batch_offsets_read(
+            Files(self.spark), self.checkpoint, batch_id, self.topic
+        )
         small = offsets is not None and offsets <= SMALL_BATCH
         small = small and self.spark.conf.get(FACTORY_MODE, None) is None
         with session_confs(self.spark, INTERPRETED if small else {}):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import QualityError
 from pipelines.streaming.spark import local_frame
+from pipelines.streaming.storage import Files
 from pipelines.streaming.tables import Table, ensure_table
 
 RESULTS_SCHEMA = (
@@ -93,12 +96,30 @@ class SuiteOutcome:
     failures: list[str]
 
 
-def _context(conf: LakehouseConf):
+@contextmanager
+def _project(spark: SparkSession, conf: LakehouseConf) -> Iterator[Path]:
+    """Great Expectations' file project: `<root>/_quality` on a local root; on object storage a
+    local copy for the run, copied back after it (results and Data Docs), through Hadoop."""
+    if not conf.remote:
+        root = Path(conf.root) / "_quality"
+        root.mkdir(parents=True, exist_ok=True)
+        yield root
+        return
+    files, remote = Files(spark), f"{conf.root}/_quality"
+    with tempfile.TemporaryDirectory(prefix="lakehouse-quality-") as work:
+        local = Path(work) / "_quality"
+        if not files.download(remote, local):
+            local.mkdir()
+        try:
+            yield local
+        finally:  # a failed suite's results and docs too
+            files.upload(local, remote)
+
+
+def _context(root: Path):
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    root = Path(conf.root) / "_quality"
-    root.mkdir(parents=True, exist_ok=True)
     context = gx.get_context(mode="file", project_root_dir=str(root))
     try:  # no progress bars per metric: the job prints its own summary
         from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -146,9 +167,13 @@ def check_frames(
 ) -> list[SuiteOutcome]:
     """Run the suites of the given tables on the given DataFrames (a whole table, or one
     micro-batch's rows), record the results and apply each suite's policy."""
+    with _project(spark, conf) as project:
+        return _check_frames(spark, conf, frames, scope, _context(project))
+
+
+def _check_frames(spark, conf, frames, scope, context) -> list[SuiteOutcome]:
     import great_expectations as gx
 
-    context = _context(conf)
     source = context.data_sources.add_or_update_spark(name="lakehouse")
     run_id = uuid.uuid4().hex[:12]
     run_at = datetime.now(UTC).replace(tzinfo=None)

@@ -17,27 +17,44 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
 
-from pipelines.config import REPO_ROOT, LocalBrokerConf
+from pipelines.config import REPO_ROOT, LocalBrokerConf, LocalStorageConf
 from pipelines.errors import UnreachableError, exit_on_known_errors
 
 DELTA_VERSION = "4.4.0"
 SPARK_VERSION = pyspark.__version__
 SCALA = "2.13"
+PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
+# S3A must be the Hadoop that pyspark ships (its hadoop-client-api jar), with the AWS SDK v2 that
+# this Hadoop release was built and tested with (hadoop-project's aws-java-sdk-v2.version). The
+# SDK comes as the few modules S3A uses (19 MB), not as the shaded `bundle` (686 MB).
+HADOOP_VERSION = re.sub(
+    r"hadoop-client-api-(.+)\.jar",
+    r"\1",
+    max(p.name for p in PYSPARK_JARS.glob("hadoop-client-api-*")),
+)
+AWS_SDK_VERSION = "2.35.4"
 SPARK_PACKAGES = [
     ("io.delta", f"delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}", DELTA_VERSION),
     ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", SPARK_VERSION),
+    ("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
+    *[
+        ("software.amazon.awssdk", module, AWS_SDK_VERSION)
+        for module in ("s3", "sts", "s3-transfer-manager", "apache-client")
+    ],
 ]
 SPARK_FOLDER = f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
-CHECKSUMS = Path(__file__).resolve().parent.parent / "resources" / "jars.sha256"
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+CHECKSUMS = RESOURCES / "jars.sha256"
 RECORD_COMMAND = "python -m pipelines.local.jars --record"
-PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
+LOG_STORE_SOURCE = RESOURCES / "java" / "lakehouse" / "storage" / "ConditionalPutLogStore.java"
 
 
 class JarResolutionError(UnreachableError):
@@ -174,15 +191,52 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
 
 
 def spark_jars(*, verify: bool = True) -> list[Path]:
-    """Delta and the Kafka source with their dependencies, minus the libraries pyspark ships."""
+    """Delta, the Kafka source and S3A with their dependencies, minus the libraries pyspark
+    ships, and the project's Delta log store."""
     target = home() / "jars" / SPARK_FOLDER
     excludes = [
         f'org="org.apache.spark" module="spark-{m}_{SCALA}"' for m in ("core", "sql", "catalyst")
     ]
-    excludes += [f'org="{org}"' for org in ("org.scala-lang", "org.slf4j", "org.apache.hadoop")]
+    excludes += [f'org="{org}"' for org in ("org.scala-lang", "org.slf4j")]
+    # pyspark ships Hadoop as hadoop-client-api/-runtime: of Hadoop's own jars, only S3A
+    excludes.append('org="org.apache.hadoop" module="hadoop-(?!aws$).*" matcher="regexp"')
+    excludes.append('org="software.amazon.awssdk" module="bundle"')
     jars = _resolve(SPARK_PACKAGES, target, excludes, verify)
     shipped = {_artifact_name(j.name) for j in PYSPARK_JARS.glob("*.jar")}
-    return [j for j in jars if _artifact_name(j.name) not in shipped]
+    return [j for j in jars if _artifact_name(j.name) not in shipped] + [log_store_jar(jars)]
+
+
+def log_store_jar(spark_jars: list[Path]) -> Path:
+    """The project's Delta log store (`ConditionalPutLogStore.java`), compiled once per source
+    against the Delta and Hadoop in use, and cached by the source's SHA-256."""
+    digest = _sha256(LOG_STORE_SOURCE)[:16]
+    jar = home() / "jars" / f"lakehouse-logstore-{DELTA_VERSION}-{HADOOP_VERSION}-{digest}.jar"
+    with _locked(jar.parent):
+        if jar.exists():
+            return jar
+        javac = shutil.which("javac", path=str(Path(java_executable()).parent)) or shutil.which(
+            "javac"
+        )
+        if not javac:
+            raise JarResolutionError(
+                "javac was not found next to java or on PATH: the project compiles its Delta log "
+                "store once; install a JDK 17 (e.g. `apt-get install openjdk-17-jdk-headless`)"
+            )
+        classpath = [str(j) for j in spark_jars if "delta-storage" in j.name]
+        classpath += [str(j) for j in PYSPARK_JARS.glob("hadoop-client-api-*.jar")]
+        work = jar.parent / f".{jar.stem}.classes"
+        shutil.rmtree(work, ignore_errors=True)
+        cmd = [javac, "--release", "17", "-nowarn", "-d", str(work), "-cp", ":".join(classpath)]
+        proc = subprocess.run([*cmd, str(LOG_STORE_SOURCE)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JarResolutionError(f"could not compile {LOG_STORE_SOURCE}:\n{proc.stderr}")
+        partial = jar.with_suffix(".tmp")
+        with zipfile.ZipFile(partial, "w") as archive:
+            for cls in sorted(work.rglob("*.class")):
+                archive.write(cls, cls.relative_to(work).as_posix())
+        partial.rename(jar)
+        shutil.rmtree(work, ignore_errors=True)
+        return jar
 
 
 def kafka_jars(version: str, *, verify: bool = True) -> Path:
@@ -194,10 +248,18 @@ def kafka_jars(version: str, *, verify: bool = True) -> Path:
     return target
 
 
+def s3proxy_jars(version: str, *, verify: bool = True) -> Path:
+    """A folder with S3Proxy, the S3 server of `lakehouse storage start`, and its libraries."""
+    target = home() / "jars" / f"s3proxy-{version}"
+    _resolve([("org.gaul", "s3proxy", version)], target, [], verify)
+    return target
+
+
 def record() -> None:
-    """Resolve both sets unchecked and write every jar's SHA-256 to jars.sha256."""
+    """Resolve every set unchecked and write every jar's SHA-256 to jars.sha256."""
     spark_jars(verify=False)
     folders = [home() / "jars" / SPARK_FOLDER, kafka_jars(LocalBrokerConf().version, verify=False)]
+    folders.append(s3proxy_jars(LocalStorageConf().version, verify=False))
     lines = [
         f"{_sha256(jar)}  {folder.name}/{jar.name}"
         for folder in folders
@@ -211,9 +273,11 @@ def record() -> None:
 def main() -> None:
     """Fetch and verify everything up front (used by the set-up script)."""
     jars = spark_jars()
-    print(f"spark extras: {len(jars)} jars in {jars[0].parent}")
+    print(f"spark extras: {len(jars) - 1} jars in {jars[0].parent}, and {jars[-1]}")
     folder = kafka_jars(LocalBrokerConf().version)
     print(f"kafka broker: {len(list(folder.glob('*.jar')))} jars in {folder}")
+    folder = s3proxy_jars(LocalStorageConf().version)
+    print(f"s3 server: {len(list(folder.glob('*.jar')))} jars in {folder}")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ class JobRunner:
         self.grace, self.env = grace_seconds, dict(os.environ if env is None else env)
         self.parameters = {**spec.parameters, **(parameters or {})}
         self.run_id = int(time.time() * 1000)
-        self.logs = conf.root / "_jobs" / "logs" / str(self.run_id)
+        self.logs = conf.log_dir / str(self.run_id)
         self.stopping = threading.Event()
         self.done = threading.Condition()  # guards the run's states
         self.record_lock = threading.Lock()

@@ -7,11 +7,9 @@ import socket
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from pipelines.config import LakehouseConf
@@ -92,7 +90,12 @@ def _append(conf: LakehouseConf, rows: list[dict]) -> None:
     # vectors can appear, so `read_runs` may read the Parquet files as they are
     append_only = {"delta.appendOnly": "true"}
     write_deltalake(
-        runs_table(conf), table, mode="append", schema_mode="merge", configuration=append_only
+        runs_table(conf),
+        table,
+        mode="append",
+        schema_mode="merge",
+        configuration=append_only,
+        storage_options=conf.delta_rs_options(),
     )
 
 
@@ -119,12 +122,13 @@ def close_dead_runs(conf: LakehouseConf) -> list[str]:
 def read_runs(conf: LakehouseConf, run_id: int | None = None, limit: int = 20) -> list[dict]:
     """Attempts of the newest `limit` runs (or of one run), oldest first."""
     try:
-        files = DeltaTable(runs_table(conf)).file_uris()
+        table = DeltaTable(runs_table(conf), storage_options=conf.delta_rs_options())
     except TableNotFoundError:
         return []
-    # File by file: pyarrow's dataset scanner can abort the process at exit (apache/arrow#34314,
-    # delta-io/delta-rs#2184); the table is append-only, small, and has no deletion vectors.
-    rows = [r for f in files for r in pq.ParquetFile(unquote(urlparse(f).path)).read().to_pylist()]
+    # Through delta-rs's own engine (DataFusion), on a local disk and object storage alike: not
+    # pyarrow's dataset scanner, which can abort the process at exit (apache/arrow#34314).
+    query = QueryBuilder().register("runs", table).execute("SELECT * FROM runs")
+    rows = pa.table(query.read_all()).to_pylist()
     keep = {run_id} if run_id is not None else set(sorted({r["run_id"] for r in rows})[-limit:])
     latest: dict[tuple, dict] = {}  # an attempt's RUNNING row, or its final row once it ended
     for r in rows:

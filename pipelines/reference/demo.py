@@ -128,4 +128,4 @@ def _quality_summary(spark, conf: LakehouseConf) -> None:
     except QualityCheckFailedError as e:
         print(f"quality             FAILED: {e}")
     results = conf.table_path(conf.tables.quality_results)
-    print(f"  results in {results}, Data Docs in {conf.root / '_quality'}")
+    print(f"  results in {results}, Data Docs in {conf.root}/_quality")

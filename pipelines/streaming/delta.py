@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.config import GoldConf, SilverConf
 from pipelines.errors import JobFailedError
 from pipelines.streaming import checkpoints
+from pipelines.streaming.storage import Files
 
 log = logging.getLogger("lakehouse.delta")
 T = TypeVar("T")
@@ -147,7 +148,8 @@ def recover_checkpoint(
     the checkpoint writes them, are of it): a table written by queries of other sources (the
     state table by the silver job, then by the pipeline's state query) records their offsets
     too, which would start this query at another source's position."""
-    if checkpoints.query_id(checkpoint) is not None:
+    files = Files(spark)
+    if checkpoints.query_id(files, checkpoint) is not None:
         return
     records = []
     for path in written:
@@ -160,7 +162,7 @@ def recover_checkpoint(
                     records.append((row["timestamp"], record["batch"], record))
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
-        checkpoints.rebuild(checkpoint, record)
+        checkpoints.rebuild(files, checkpoint, record)
         print(
             f"{name}: checkpoint {checkpoint} was lost; rebuilt from the tables it wrote, batch "
             f"{batch} of query {record['query']} next",

@@ -2,9 +2,9 @@
 
 The lease lives with the checkpoint and goes through Hadoop's FileSystem like the checkpoint, so it
 holds for jobs on several machines. Leases are numbered files, `_lease/<n>`; the highest number
-holds. A job takes the next number with an exclusive create (`O_EXCL` on a local disk,
-`create(overwrite=false)` elsewhere: atomic on HDFS and on stores with conditional writes), so of
-two jobs starting together exactly one gets it. A lease not renewed for `TTL_S` seconds, or held
+holds. A job takes the next number with an exclusive create (`Files.create_new`: `O_EXCL` on a
+local disk, a conditional PUT on S3, the store's own exclusive create elsewhere), so of two jobs
+starting together exactly one gets it, on one machine or several. A lease not renewed for `TTL_S` seconds, or held
 by a process of this host that is gone, is stale: the next job takes the next number.
 """
 
@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.errors import JobFailedError
 from pipelines.local.processes import process_start
+from pipelines.streaming.storage import Files
 
 TTL_S = 60.0  # a lease not renewed for this long belongs to a process that died
 RENEW_S = 10.0
@@ -35,10 +36,8 @@ class CheckpointLease:
     checkpoint's only job; `lease.renew()` keeps it while the block runs."""
 
     def __init__(self, spark: SparkSession, checkpoint: str, job: str) -> None:
-        jvm = spark._jvm
-        self.jvm, self.where, self.job = jvm, checkpoint, job
-        self.folder = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/_lease")
-        self.fs = self.folder.getFileSystem(spark._jsc.hadoopConfiguration())
+        self.files, self.where, self.job = Files(spark), checkpoint, job
+        self.folder = f"{checkpoint.rstrip('/')}/_lease"
         pid = os.getpid()
         since = datetime.now(UTC).isoformat(timespec="seconds")
         self.mine = {"job": job, "host": socket.gethostname(), "pid": pid, "since": since}
@@ -47,7 +46,7 @@ class CheckpointLease:
         self.renewed = 0.0
 
     def __enter__(self) -> CheckpointLease:
-        self.fs.mkdirs(self.folder)
+        self.files.mkdirs(self.folder)
         while True:
             number = self._newest()
             if number is not None:
@@ -58,12 +57,12 @@ class CheckpointLease:
             if self._create(number + 1):  # else another job took it first: look again
                 self.number, self.renewed = number + 1, time.monotonic()
                 for old in range(max(0, number - 5), number + 1):
-                    self.fs.delete(self._path(old), False)
+                    self.files.delete(self._path(old))
                 return self
 
     def __exit__(self, *exc) -> None:
         if self.number is not None and self._newest() == self.number:
-            self.fs.delete(self._path(self.number), False)
+            self.files.delete(self._path(self.number))
 
     def renew(self) -> None:
         """Rewrite the lease (at most every RENEW_S seconds), so that it never looks stale."""
@@ -72,7 +71,7 @@ class CheckpointLease:
                 holder, age = self._read(newest) if newest is not None else ({}, 0.0)
                 self.number = None
                 raise CheckpointInUseError("lease lost: " + self._in_use(holder, age))
-            self._write(self.fs.create(self._path(self.number), True))
+            self.files.write_text(self._path(self.number), json.dumps(self.mine))
             self.renewed = time.monotonic()
 
     def _in_use(self, holder: dict, age: float) -> str:
@@ -83,52 +82,28 @@ class CheckpointLease:
             f"Stop it first; if it died, its lease expires {TTL_S:.0f}s after its last renewal."
         )
 
-    def _path(self, number: int):
-        return self.jvm.org.apache.hadoop.fs.Path(self.folder, str(number))
+    def _path(self, number: int) -> str:
+        return f"{self.folder}/{number}"
 
     def _newest(self) -> int | None:
-        names = [s.getPath().getName() for s in self.fs.listStatus(self.folder)]
-        return max((int(n) for n in names if n.isdigit()), default=None)
+        return max((int(n) for n in self.files.names(self.folder) if n.isdigit()), default=None)
 
     def _create(self, number: int) -> bool:
         """Create lease `number` if nobody has, atomically; False if it exists."""
-        path = self._path(number)
-        if self.fs.getScheme() == "file":
-            try:
-                fd = os.open(path.toUri().getPath(), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.mine, f)
-            return True
-        try:
-            self._write(self.fs.create(path, False))
-        except Exception as e:  # py4j: FileAlreadyExistsException, or the store's refusal
-            if "exist" in str(e).lower():
-                return False
-            raise
-        return True
-
-    def _write(self, stream) -> None:
-        try:
-            stream.write(bytearray(json.dumps(self.mine).encode()))
-        finally:
-            stream.close()
+        return self.files.create_new(self._path(number), json.dumps(self.mine))
 
     def _read(self, number: int) -> tuple[dict, float]:
         """Lease `number` and its age in seconds ({} if it is being written or unreadable)."""
         path = self._path(number)
         try:
-            age = time.time() - self.fs.getFileStatus(path).getModificationTime() / 1000
-            stream = self.fs.open(path)
+            age = time.time() - self.files.modified_s(path)
+            text = self.files.read_text(path)
         except Exception:  # gone meanwhile: its holder stopped
             return {}, TTL_S + 1
+        if text is None:
+            return {}, TTL_S + 1
         try:
-            data = bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-        finally:
-            stream.close()
-        try:
-            return json.loads(data), age
+            return json.loads(text), age
         except ValueError:
             return {}, age
 

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import idempotent_txn, newest_tagged_batch, retry_on_conflict
+from pipelines.streaming.storage import Files
 
 log = logging.getLogger("lakehouse.batch")
 
@@ -118,7 +119,7 @@ class IdempotentSink:
     def query_id(self) -> str:
         """The id Spark keeps in the checkpoint: batch ids count from 0 again under a new one."""
         if self._query_id is None:
-            self._query_id = checkpoints.query_id(self.checkpoint)
+            self._query_id = checkpoints.query_id(Files(self.spark), self.checkpoint)
             if self._query_id is None:
                 raise JobFailedError(f"no query id in checkpoint {self.checkpoint}")
         return self._query_id
@@ -131,7 +132,7 @@ class IdempotentSink:
         """Whether this batch's write to the table at `path` is committed already (the batch is
         a replay): the newest commit of this query in the table, if no older than the batch's
         planning, records it."""
-        planned = checkpoints.batch_time_ms(self.checkpoint, batch_id)
+        planned = checkpoints.batch_time_ms(Files(self.spark), self.checkpoint, batch_id)
         since = None if planned is None else planned - CLOCK_MARGIN_MS
         found = newest_tagged_batch(self.spark, path, self.query_id(), since)
         return found is not None and found >= batch_id
@@ -144,7 +145,7 @@ class IdempotentSink:
         `txn_ids`, retried on write conflicts. Any other failure stops the job with one line
         naming the table, the batch and the cause."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
-        record = json.dumps(checkpoints.batch_record(self.checkpoint, batch_id))
+        record = json.dumps(checkpoints.batch_record(Files(self.spark), self.checkpoint, batch_id))
         app_id = self.app_id(table) if txn_ids else None
         tagged = idempotent_txn(self.spark, app_id, batch_id, record)(write)
         try:

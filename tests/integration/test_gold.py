@@ -9,6 +9,7 @@ import shutil
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -176,7 +177,13 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     results = spark.read.format("delta").load(conf.table_path("quality/results"))
     assert results.count() == 23 and results.where("success").count() == 23
     assert (
-        conf.root / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+        Path(conf.root)
+        / "_quality"
+        / "gx"
+        / "uncommitted"
+        / "data_docs"
+        / "local_site"
+        / "index.html"
     ).exists()
 
     orders = conf.table_path("silver/orders")

@@ -209,6 +209,7 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
     from pipelines.layers.silver import silver_tables
     from pipelines.orchestration.runs import close_dead_runs
     from pipelines.streaming import checkpoints
+    from pipelines.streaming.storage import Files
 
     produce(lake, orders=300, seed=51, redelivery_rate=0.05, invalid_rate=0.02)
     env = subprocess_env(
@@ -243,7 +244,7 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
     finally:
         for pid in _processes_of_runner(first.pid):
             os.kill(pid, signal.SIGKILL)
-    resumed_at = checkpoints.resume_offsets(bronze.checkpoint, stream.topic) or {}
+    resumed_at = checkpoints.resume_offsets(Files(spark), bronze.checkpoint, stream.topic) or {}
     produce(lake, orders=100, seed=52)  # so that every layer of the next run has a batch to do
 
     # the next runner closes the dead run's rows when it starts; once gold has added a batch,
@@ -311,7 +312,7 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
     assert max(_txn_versions(gold.aggregates["gold/revenue_by_category_1m"])) >= 1
     # and bronze holds exactly the records up to the last committed batch's end offsets
     ends = checkpoints.batch_end_offsets(
-        bronze.checkpoint, _checkpoint_batches(bronze.checkpoint)[1], stream.topic
+        Files(spark), bronze.checkpoint, _checkpoint_batches(bronze.checkpoint)[1], stream.topic
     )
     in_table = {
         r[0]: r[1] + 1

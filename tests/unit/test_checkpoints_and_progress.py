@@ -1,4 +1,5 @@
 from pipelines.streaming import checkpoints
+from pipelines.streaming.storage import Files
 from pipelines.streaming.console import kafka_lag
 
 HEADER = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
@@ -17,30 +18,30 @@ def make_checkpoint(root, offsets: dict[int, dict], commits: list[int], initial:
     (root / "sources" / "0" / "0").write_bytes(b"\x00v1\n" + json.dumps({"t": initial}).encode())
 
 
-def test_resume_after_the_last_committed_batch(tmp_path):
+def test_resume_after_the_last_committed_batch(spark, tmp_path):
     make_checkpoint(tmp_path, {0: {"0": 5}, 1: {"0": 9}, 2: {"0": 14}}, [0, 1], {"0": 0})
-    assert checkpoints.resume_offsets(tmp_path, "t") == {0: 9}
-    assert checkpoints.batch_start_offsets(tmp_path, 2, "t") == {0: 9}
-    assert checkpoints.batch_end_offsets(tmp_path, 2, "t") == {0: 14}
+    assert checkpoints.resume_offsets(Files(spark), str(tmp_path), "t") == {0: 9}
+    assert checkpoints.batch_start_offsets(Files(spark), str(tmp_path), 2, "t") == {0: 9}
+    assert checkpoints.batch_end_offsets(Files(spark), str(tmp_path), 2, "t") == {0: 14}
 
 
-def test_resume_from_the_initial_offsets_when_nothing_committed(tmp_path):
+def test_resume_from_the_initial_offsets_when_nothing_committed(spark, tmp_path):
     make_checkpoint(tmp_path, {0: {"0": 5, "1": 2}}, [], {"0": 3, "1": 0})
-    assert checkpoints.resume_offsets(tmp_path, "t") == {0: 3, 1: 0}
-    assert checkpoints.batch_start_offsets(tmp_path, 0, "t") == {0: 3, 1: 0}
+    assert checkpoints.resume_offsets(Files(spark), str(tmp_path), "t") == {0: 3, 1: 0}
+    assert checkpoints.batch_start_offsets(Files(spark), str(tmp_path), 0, "t") == {0: 3, 1: 0}
 
 
-def test_no_checkpoint_means_no_offsets(tmp_path):
-    assert checkpoints.resume_offsets(tmp_path / "missing", "t") is None
-    assert checkpoints.batch_offsets_read(tmp_path / "missing", 0, "t") is None
+def test_no_checkpoint_means_no_offsets(spark, tmp_path):
+    assert checkpoints.resume_offsets(Files(spark), str(tmp_path / "missing"), "t") is None
+    assert checkpoints.batch_offsets_read(Files(spark), str(tmp_path / "missing"), 0, "t") is None
 
 
-def test_a_batch_read_the_offsets_between_its_start_and_its_end(tmp_path):
+def test_a_batch_read_the_offsets_between_its_start_and_its_end(spark, tmp_path):
     # partition 2 appears in batch 1 (read from 0); batch 0 starts at the initial offsets
     make_checkpoint(tmp_path, {0: {"0": 5, "1": 2}, 1: {"0": 9, "1": 2, "2": 4}}, [0], {"0": 3})
-    assert checkpoints.batch_offsets_read(tmp_path, 0, "t") == 2 + 2
-    assert checkpoints.batch_offsets_read(tmp_path, 1, "t") == 4 + 0 + 4
-    assert checkpoints.batch_offsets_read(tmp_path, 2, "t") is None
+    assert checkpoints.batch_offsets_read(Files(spark), str(tmp_path), 0, "t") == 2 + 2
+    assert checkpoints.batch_offsets_read(Files(spark), str(tmp_path), 1, "t") == 4 + 0 + 4
+    assert checkpoints.batch_offsets_read(Files(spark), str(tmp_path), 2, "t") is None
 
 
 def test_lag_sums_offsets_behind_over_partitions():

@@ -244,12 +244,37 @@ def test_environment_variable_beats_the_file_and_the_file_beats_the_defaults(tmp
 
 
 @pytest.mark.parametrize(
-    "root", ["s3a://bucket/lake", "abfss://c@a.dfs.core.windows.net/x", "file:/x"]
+    "root, path",
+    [
+        ("s3a://bucket/lake/", "s3a://bucket/lake/bronze/orders_raw"),
+        (
+            "abfss://c@a.dfs.core.windows.net/x",
+            "abfss://c@a.dfs.core.windows.net/x/bronze/orders_raw",
+        ),
+        ("gs://bucket", "gs://bucket/bronze/orders_raw"),
+    ],
 )
-def test_a_storage_root_uri_is_refused_naming_the_key_never_made_a_local_folder(tmp_path, root):
+def test_a_storage_root_uri_is_a_uri_of_every_table_and_checkpoint(tmp_path, root, path):
+    conf = load_config(path=write(tmp_path, f"storage:\n  root: {root}\n"))
+    assert (conf.remote, conf.table_path("bronze.orders_raw")) == (True, path)
+    assert conf.checkpoint_path("silver/orders") == path.replace(
+        "bronze/orders_raw", "_checkpoints/silver/orders"
+    )
+    assert conf.log_dir == REPO_ROOT / ".lakehouse" / "logs" / conf.env  # logs stay local
+
+
+@pytest.mark.parametrize(
+    "root", ["s3://bucket/lake", "s3n://bucket/x", "file:/x", "http://h/x", "s3a://"]
+)
+def test_a_storage_root_the_project_cannot_use_is_refused_naming_the_key(tmp_path, root):
     f = write(tmp_path, f"storage:\n  root: {root}\n")
     with pytest.raises(InvalidConfigError) as caught:
         load_config(path=f)
     assert f"storage.root in {f}" in str(caught.value)
-    assert "URIs such as s3a://bucket/prefix are not supported yet" in str(caught.value)
-    assert load_config(path=write(tmp_path, "storage:\n  root: data/x:y\n")).root.name == "x:y"
+    assert "s3:// and s3n:// are not Hadoop's S3 connector: use s3a://" in str(caught.value)
+    local = load_config(path=write(tmp_path, "storage:\n  root: data/x:y\n"))
+    assert (local.remote, local.root, local.log_dir) == (
+        False,
+        str(REPO_ROOT / "data" / "x:y"),
+        REPO_ROOT / "data" / "x:y" / "_jobs" / "logs",
+    )

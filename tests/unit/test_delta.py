@@ -123,6 +123,7 @@ def test_a_lost_checkpoint_is_rebuilt_only_from_batches_that_read_its_own_source
     import json
 
     from pipelines.streaming.checkpoints import query_id
+    from pipelines.streaming.storage import Files
 
     def table(name: str) -> str:
         path = str(tmp_path / name)
@@ -152,7 +153,7 @@ def test_a_lost_checkpoint_is_rebuilt_only_from_batches_that_read_its_own_source
 
     checkpoint = tmp_path / "ck-state"
     delta.recover_checkpoint(spark, str(checkpoint), [target], "state", reads_events)
-    assert query_id(checkpoint) == "state-query"
+    assert query_id(Files(spark), str(checkpoint)) == "state-query"
     assert (checkpoint / "offsets" / "4").read_text() == offsets(reservoir(events, 9))
 
     nothing = tmp_path / "ck-other"  # no batch of its source: it starts afresh
@@ -160,4 +161,4 @@ def test_a_lost_checkpoint_is_rebuilt_only_from_batches_that_read_its_own_source
     assert not nothing.exists()
     kafka = tmp_path / "ck-pipeline"
     delta.recover_checkpoint(spark, str(kafka), [target], "pipeline", lambda o: "orders" in o)
-    assert query_id(kafka) == "pipeline"
+    assert query_id(Files(spark), str(kafka)) == "pipeline"

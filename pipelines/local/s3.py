@@ -1,0 +1,188 @@
+"""A real S3 endpoint on this machine: S3Proxy (Maven Central) with its filesystem backend.
+
+`lakehouse storage start | stop | status`. Objects are plain files under
+`local_storage.data_dir/objects/<bucket>/<key>`; a conditional PUT (`If-None-Match: *`, which
+Delta commits through the project's log store and delta-rs rely on) is a hard link there, atomic.
+The access keys come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as for every client; they
+reach S3Proxy in a 0600 properties file, never on a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import DEVNULL, STDOUT, Popen
+
+from pipelines.config import LakehouseConf
+from pipelines.errors import ConfigError, JobFailedError
+from pipelines.local.jars import RESOURCES, java_executable, s3proxy_jars
+from pipelines.local.processes import pid_alive, tail, terminate
+from pipelines.local.tls import write_private
+
+KEY_ENV, SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
+MAIN = "org.gaul.s3proxy.Main"
+LOGBACK = RESOURCES / "s3proxy-logback.xml"
+
+
+class LocalStorageError(JobFailedError):
+    """The local S3 server cannot start or answer; the message says why."""
+
+
+class MissingKeysError(ConfigError):
+    """The S3 access keys are not in the environment; the message names the variables."""
+
+
+@dataclass(frozen=True)
+class StorageStatus:
+    running: bool
+    pid: int | None
+    endpoint: str
+    detail: str
+
+
+def endpoint(conf: LakehouseConf) -> str:
+    s = conf.local_storage
+    return f"http://{s.host}:{s.port}"
+
+
+def _paths(conf: LakehouseConf) -> dict[str, Path]:
+    d = conf.storage_data_dir
+    return {
+        "dir": d,
+        "objects": d / "objects",
+        "props": d / "s3proxy.properties",
+        "pid": d / "s3proxy.pid",
+        "out": d / "s3proxy.out",
+    }
+
+
+def keys() -> tuple[str, str]:
+    """The access key id and secret from the environment, or an error naming what is missing."""
+    missing = [name for name in (KEY_ENV, SECRET_ENV) if not os.environ.get(name)]
+    if missing:
+        raise MissingKeysError(
+            f"set {' and '.join(missing)}: the local S3 server and its clients (Spark's S3A, "
+            "delta-rs) take their keys from the environment, never from a file"
+        )
+    return os.environ[KEY_ENV], os.environ[SECRET_ENV]
+
+
+def bucket_of(conf: LakehouseConf) -> str | None:
+    """The bucket of an s3a:// storage root, if the root is on this endpoint."""
+    match = re.fullmatch(r"s3a://([^/]+)(/.*)?", conf.root)
+    ours = (conf.storage.s3.endpoint or "").rstrip("/") == endpoint(conf)
+    return match.group(1) if match and ours else None
+
+
+def _pid(conf: LakehouseConf) -> int | None:
+    """The pid of our S3Proxy, if it runs (its command line names our properties file)."""
+    p = _paths(conf)
+    try:
+        pid = int(p["pid"].read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return pid
+    return pid if MAIN in cmdline and str(p["props"]) in cmdline else None
+
+
+def _answers(conf: LakehouseConf) -> bool:
+    """Whether an S3 server answers at the endpoint (an anonymous request is refused in S3's
+    words: an XML error, 403)."""
+    try:
+        with urllib.request.urlopen(endpoint(conf) + "/", timeout=2) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        body = e.read()
+    except OSError:
+        return False
+    return b"<Error>" in body or b"ListAllMyBucketsResult" in body
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def status(conf: LakehouseConf) -> StorageStatus:
+    """Whether our S3 server runs and answers at its endpoint."""
+    pid, url, s = _pid(conf), endpoint(conf), conf.local_storage
+    if pid is None:
+        if _port_in_use(s.host, s.port):
+            return StorageStatus(False, None, url, f"port {s.port} is used by another process")
+        return StorageStatus(False, None, url, "not running")
+    if _answers(conf):
+        where = _paths(conf)["objects"]
+        return StorageStatus(True, pid, url, f"running (pid {pid}) at {url}, objects in {where}")
+    return StorageStatus(False, pid, url, f"process {pid} is up but not answering at {url}")
+
+
+def start(conf: LakehouseConf, *, quiet: bool = False) -> StorageStatus:
+    """Start S3Proxy unless it runs, with the storage root's bucket, and wait until it answers."""
+    say = (lambda *_: None) if quiet else print
+    s, p = conf.local_storage, _paths(conf)
+    key, secret = keys()
+    if bucket := bucket_of(conf):  # a bucket is a folder of the filesystem backend
+        (p["objects"] / bucket).mkdir(parents=True, exist_ok=True)
+    p["objects"].mkdir(parents=True, exist_ok=True)
+    props = {
+        "s3proxy.endpoint": endpoint(conf),
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": key,
+        "s3proxy.credential": secret,
+        "jclouds.provider": "filesystem-nio2",
+        "jclouds.filesystem.basedir": str(p["objects"]),
+    }
+    write_private(p["props"], "".join(f"{k}={v}\n" for k, v in props.items()))
+    current = status(conf)
+    if current.running:
+        say(f"storage: already {current.detail}")
+        return current
+    if current.pid is None and _port_in_use(s.host, s.port):
+        raise LocalStorageError(f"cannot start S3 at {current.endpoint}: {current.detail}")
+    heap = [f"-Xmx{s.heap}", "-XX:+UseSerialGC", f"-Dlogback.configurationFile={LOGBACK}"]
+    cmd = [java_executable(), *heap, "-cp", f"{s3proxy_jars(s.version)}/*", MAIN]
+    cmd += ["--properties", str(p["props"])]
+    say(f"storage: starting S3Proxy {s.version} at {current.endpoint}, objects in {p['objects']}")
+    with open(p["out"], "ab") as out:
+        proc = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True)
+    p["pid"].write_text(str(proc.pid))
+    deadline = time.monotonic() + s.start_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LocalStorageError(
+                f"S3Proxy at {current.endpoint} exited during start-up (code {proc.returncode}); "
+                f"last lines of {p['out']}:\n{tail(p['out'])}"
+            )
+        if _answers(conf):
+            st = status(conf)
+            say(f"storage: {st.detail}")
+            return st
+        time.sleep(0.2)
+    terminate(proc.pid, group=False, grace_s=5)
+    raise LocalStorageError(
+        f"S3Proxy did not answer at {current.endpoint} within {s.start_timeout_s}s; "
+        f"last lines of {p['out']}:\n{tail(p['out'])}"
+    )
+
+
+def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
+    """Stop S3Proxy (SIGTERM, then SIGKILL if it hangs); the objects stay."""
+    say = (lambda *_: None) if quiet else print
+    if (pid := _pid(conf)) is None:
+        say("storage: not running")
+        return
+    terminate(pid, group=False, grace_s=15)
+    _paths(conf)["pid"].unlink(missing_ok=True)
+    say(f"storage: stopped (pid {pid})")
