@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up everything the project needs on a machine with only Python 3.11 and Java 17:
+# Set up everything the project needs on a machine with only Python 3.11 and a Java 17 JDK:
 # a virtual environment with the Python packages of the hash-checked locks in requirements/, and
 # the JVM jars (Delta Lake, Spark's Kafka source, the Apache Kafka broker) fetched once from Maven
-# Central, checked against their recorded SHA-256 and cached.
+# Central, checked against their recorded SHA-256 and cached, and the project's Delta log store
+# compiled once with javac.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

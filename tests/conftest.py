@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -15,6 +16,10 @@ from pipelines.config import LakehouseConf, load_config
 # Spark hands timestamps to Python in the process's local zone: make it UTC, like the tables.
 os.environ["TZ"] = "UTC"
 time.tzset()
+# The local S3 endpoint's keys, in the environment before any JVM starts, as S3A, delta-rs and
+# the server itself read them: a fresh secret per run, which no file or table may hold.
+os.environ["AWS_ACCESS_KEY_ID"] = "lakehouse-tests"
+os.environ["AWS_SECRET_ACCESS_KEY"] = S3_SECRET = secrets.token_hex(20)
 
 
 def _free_port() -> int:
@@ -28,7 +33,7 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
     """The `test` environment with its broker data in a temporary folder."""
     conf = load_config("test")
     broker_dir = tmp_path_factory.mktemp("kafka")
-    port, controller_port = _free_port(), _free_port()
+    port, controller_port, s3_port = _free_port(), _free_port(), _free_port()
     return conf.updated(
         {
             "local_broker.data_dir": str(broker_dir),
@@ -36,6 +41,11 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
             "local_broker.controller_port": controller_port,
             "kafka.bootstrap_servers": f"127.0.0.1:{port}",
             "storage.root": str(tmp_path_factory.mktemp("lake")),
+            # the `s3` fixture's endpoint, known to every session and child from the start
+            "local_storage.port": s3_port,
+            "local_storage.data_dir": str(tmp_path_factory.mktemp("s3")),
+            "storage.s3.endpoint": f"http://127.0.0.1:{s3_port}",
+            "storage.s3.path_style_access": True,
         }
     )
 
@@ -108,6 +118,30 @@ def kafka_cluster(base_conf: LakehouseConf, tmp_path_factory: pytest.TempPathFac
     broker.stop(conf, quiet=True)
 
 
+@pytest.fixture(scope="session")
+def s3(base_conf: LakehouseConf):
+    """A real S3 endpoint (S3Proxy, filesystem backend) with the bucket `lake`, started once."""
+    from pipelines.local import s3 as storage
+
+    conf = base_conf.updated({"storage.root": "s3a://lake/session"})
+    storage.start(conf, quiet=True)
+    yield conf
+    storage.stop(conf, quiet=True)
+
+
+@pytest.fixture
+def s3_lake(s3: LakehouseConf, kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
+    """Like `lake`, with its root under its own prefix of the S3 bucket, and logs in tmp."""
+    topic = f"orders.test.{uuid.uuid4().hex[:10]}"
+    return kafka.updated(
+        {
+            "storage.root": f"s3a://lake/{topic}",
+            "storage.log_dir": str(tmp_path / "logs"),
+            "streams.orders.topic": topic,
+        }
+    )
+
+
 @pytest.fixture
 def lake(kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
     """Configuration with its own storage root and its own fresh topic."""
@@ -124,6 +158,9 @@ def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
         "LAKEHOUSE__STORAGE__ROOT": conf.storage.root,
         "LAKEHOUSE__STREAMS__ORDERS__TOPIC": stream.topic,
         "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": conf.kafka.bootstrap_servers,
+        "LAKEHOUSE__STORAGE__S3__ENDPOINT": conf.storage.s3.endpoint or "",
+        "LAKEHOUSE__STORAGE__S3__PATH_STYLE_ACCESS": str(conf.storage.s3.path_style_access),
+        "LAKEHOUSE__STORAGE__LOG_DIR": conf.storage.log_dir or "",
         # the jobs a test starts live seconds: C1 only starts them ~25% faster on 2 cores
         "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
     }

@@ -14,6 +14,16 @@ from pipelines.config import LakehouseConf
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import ProduceReport, produce_plan
 
+# the silver and gold tables of the orders stream, for comparing two runs
+SILVER_AND_GOLD = [
+    "silver/order_events",
+    "silver/orders",
+    "silver/orders_quarantine",
+    "gold/revenue_by_category_1m",
+    "gold/orders_by_country_5m",
+    "gold/late_events",
+]
+
 
 def produce(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> ProduceReport:
     """Send the reference stream to the configuration's topic; the report has every offset."""

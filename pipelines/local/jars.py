@@ -34,21 +34,32 @@ PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 # S3A must be the Hadoop that pyspark ships (its hadoop-client-api jar), with the AWS SDK v2 that
 # this Hadoop release was built and tested with (hadoop-project's aws-java-sdk-v2.version). The
 # SDK comes as the few modules S3A uses (19 MB), not as the shaded `bundle` (686 MB).
-HADOOP_VERSION = re.sub(
-    r"hadoop-client-api-(.+)\.jar",
-    r"\1",
-    max(p.name for p in PYSPARK_JARS.glob("hadoop-client-api-*")),
-)
 AWS_SDK_VERSION = "2.35.4"
-SPARK_PACKAGES = [
-    ("io.delta", f"delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}", DELTA_VERSION),
-    ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", SPARK_VERSION),
-    ("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
-    *[
-        ("software.amazon.awssdk", module, AWS_SDK_VERSION)
-        for module in ("s3", "sts", "s3-transfer-manager", "apache-client")
-    ],
-]
+
+
+def hadoop_version() -> str:
+    """The Hadoop of pyspark's own jars (called only where pyspark is installed, not zipped)."""
+    api = sorted(PYSPARK_JARS.glob("hadoop-client-api-*.jar"))
+    if not api:
+        raise JarResolutionError(f"no hadoop-client-api jar in {PYSPARK_JARS}")
+    return api[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def spark_packages() -> list[tuple[str, str, str]]:
+    """Delta, Spark's Kafka source, and S3A with the AWS SDK modules it uses."""
+    sdk = ("s3", "sts", "s3-transfer-manager", "apache-client")
+    return [
+        (
+            "io.delta",
+            f"delta-spark_{'.'.join(SPARK_VERSION.split('.')[:2])}_{SCALA}",
+            DELTA_VERSION,
+        ),
+        ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", SPARK_VERSION),
+        ("org.apache.hadoop", "hadoop-aws", hadoop_version()),
+        *[("software.amazon.awssdk", module, AWS_SDK_VERSION) for module in sdk],
+    ]
+
+
 SPARK_FOLDER = f"spark-{SPARK_VERSION}-delta-{DELTA_VERSION}"
 DEFAULT_REPO = "https://repo1.maven.org/maven2/"
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
@@ -201,7 +212,7 @@ def spark_jars(*, verify: bool = True) -> list[Path]:
     # pyspark ships Hadoop as hadoop-client-api/-runtime: of Hadoop's own jars, only S3A
     excludes.append('org="org.apache.hadoop" module="hadoop-(?!aws$).*" matcher="regexp"')
     excludes.append('org="software.amazon.awssdk" module="bundle"')
-    jars = _resolve(SPARK_PACKAGES, target, excludes, verify)
+    jars = _resolve(spark_packages(), target, excludes, verify)
     shipped = {_artifact_name(j.name) for j in PYSPARK_JARS.glob("*.jar")}
     return [j for j in jars if _artifact_name(j.name) not in shipped] + [log_store_jar(jars)]
 
@@ -210,7 +221,8 @@ def log_store_jar(spark_jars: list[Path]) -> Path:
     """The project's Delta log store (`ConditionalPutLogStore.java`), compiled once per source
     against the Delta and Hadoop in use, and cached by the source's SHA-256."""
     digest = _sha256(LOG_STORE_SOURCE)[:16]
-    jar = home() / "jars" / f"lakehouse-logstore-{DELTA_VERSION}-{HADOOP_VERSION}-{digest}.jar"
+    name = f"lakehouse-logstore-{DELTA_VERSION}-{hadoop_version()}-{digest}.jar"
+    jar = home() / "jars" / name
     with _locked(jar.parent):
         if jar.exists():
             return jar
@@ -224,6 +236,7 @@ def log_store_jar(spark_jars: list[Path]) -> Path:
             )
         classpath = [str(j) for j in spark_jars if "delta-storage" in j.name]
         classpath += [str(j) for j in PYSPARK_JARS.glob("hadoop-client-api-*.jar")]
+        classpath += [str(j) for j in PYSPARK_JARS.glob("slf4j-api-*.jar")]
         work = jar.parent / f".{jar.stem}.classes"
         shutil.rmtree(work, ignore_errors=True)
         cmd = [javac, "--release", "17", "-nowarn", "-d", str(work), "-cp", ":".join(classpath)]

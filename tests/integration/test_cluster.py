@@ -1,4 +1,5 @@
-"""The same jobs on a Spark standalone cluster (master + 2 workers) give the same tables."""
+"""The same jobs on a Spark standalone cluster (master + 2 workers), with the tables and
+checkpoints on S3, give the tables of a local run on a local disk."""
 
 from __future__ import annotations
 
@@ -15,25 +16,17 @@ from pipelines.local import cluster
 from pipelines.orchestration.runner import JobRunner
 from pipelines.orchestration.spec import load_job_spec
 from tests.conftest import _free_port, subprocess_env
+from tests.helpers import SILVER_AND_GOLD as TABLES
 from tests.helpers import produce
 
 pytestmark = pytest.mark.integration
 
-TABLES = [
-    "silver/order_events",
-    "silver/orders",
-    "silver/orders_quarantine",
-    "gold/revenue_by_category_1m",
-    "gold/orders_by_country_5m",
-    "gold/late_events",
-]
 
-
-def test_the_batch_job_on_a_standalone_cluster_gives_the_local_mode_tables(
-    spark, lake, tmp_path, monkeypatch
+def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_local_tables(
+    spark, s3_lake, tmp_path, monkeypatch
 ):
     produce(
-        lake,
+        s3_lake,
         orders=400,
         seed=71,
         redelivery_rate=0.05,
@@ -43,7 +36,7 @@ def test_the_batch_job_on_a_standalone_cluster_gives_the_local_mode_tables(
         unknown_dimension_rate=0.02,
         late_rate=0.02,
     )
-    conf = lake.updated(
+    conf = s3_lake.updated(
         {
             "cluster.master_port": _free_port(),
             "cluster.master_webui_port": _free_port(),
@@ -87,12 +80,12 @@ def test_the_batch_job_on_a_standalone_cluster_gives_the_local_mode_tables(
         cluster.stop(conf, quiet=True)
     assert not cluster.status(conf).running
 
-    local = lake.updated({"storage.root": str(tmp_path / "local")})
+    local = conf.updated({"storage.root": str(tmp_path / "local")})
     seed_dimensions(spark, local)
     for run_layer in (run_bronze, run_silver, run_gold):
         run_layer(spark, local, once=True, progress=False)
     for table in TABLES:
-        on_cluster = spark.read.format("delta").load(conf.table_path(table))
+        on_cluster = spark.read.format("delta").load(conf.table_path(table))  # s3a://
         in_local = spark.read.format("delta").load(local.table_path(table))
         assert on_cluster.count() == in_local.count(), table
         assert on_cluster.exceptAll(in_local).count() == 0, table

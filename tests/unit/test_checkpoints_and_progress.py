@@ -1,6 +1,6 @@
 from pipelines.streaming import checkpoints
-from pipelines.streaming.storage import Files
 from pipelines.streaming.console import kafka_lag
+from pipelines.streaming.storage import Files
 
 HEADER = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
 

@@ -19,6 +19,8 @@ import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.PathIOException;
 import org.apache.hadoop.fs.RawLocalFileSystem;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A Delta log store that is safe with any number of writers, in any number of processes and
@@ -36,6 +38,7 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  */
 public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
   static final String CONDITIONAL = "fs.option.create.conditional.overwrite";
+  private static final Logger LOG = LoggerFactory.getLogger(ConditionalPutLogStore.class);
 
   public ConditionalPutLogStore(Configuration initHadoopConf) {
     super(initHadoopConf);
@@ -47,7 +50,11 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
     byte[] data = join(actions);
     FileSystem fs = path.getFileSystem(conf);
     if (fs instanceof LocalFileSystem || fs instanceof RawLocalFileSystem) {
-      writeLocal(new java.io.File(fs.makeQualified(path).toUri()).toPath(), data, overwrite);
+      try {
+        writeLocal(new java.io.File(fs.makeQualified(path).toUri()).toPath(), data, overwrite);
+      } catch (FileAlreadyExistsException e) {
+        throw taken(path);
+      }
       return;
     }
     if (overwrite) {
@@ -75,10 +82,16 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       out.close(); // the object appears here, or the store refuses it
     } catch (PathIOException e) {
       if (isPreconditionFailure(e)) {
-        throw new FileAlreadyExistsException(path.toString());
+        throw taken(path);
       }
       throw e;
     }
+  }
+
+  private static FileAlreadyExistsException taken(Path path) {
+    LOG.info("{} exists: another writer committed this version first (Delta checks it for "
+        + "conflicts, then retries or fails)", path);
+    return new FileAlreadyExistsException(path.toString());
   }
 
   private static void writeLocal(java.nio.file.Path target, byte[] data, boolean overwrite)
