@@ -42,7 +42,7 @@ from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import sasl_password
 from pipelines.local.jars import java_executable, kafka_jars
-from pipelines.local.processes import pid_alive, tail, terminate
+from pipelines.local.processes import pid_alive, pid_of, tail, terminate
 from pipelines.local.tls import (
     BrokerTls,
     ensure_broker_tls,
@@ -238,18 +238,7 @@ def _reset_client_user(conf: LakehouseConf, sec: Security | None) -> None:
 
 def _node_pid(node: Node) -> int | None:
     """The pid of the node's Kafka process, if it runs (and is ours: its command names our file)."""
-    p = node.paths
-    try:
-        pid = int(p["pid"].read_text().strip())
-    except (OSError, ValueError):  # no pid file, or not a pid
-        return None
-    if not pid_alive(pid):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return pid
-    return pid if "kafka.Kafka" in cmdline and str(p["props"]) in cmdline else None
+    return pid_of(node.paths["pid"], "kafka.Kafka", str(node.paths["props"]))
 
 
 def _port_in_use(host: str, port: int) -> bool:

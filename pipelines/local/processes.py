@@ -30,6 +30,22 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def pid_of(pid_file: Path, *markers: str) -> int | None:
+    """The pid in `pid_file` if that process runs and is ours: its command line holds every one
+    of `markers` (a pid reused by another program is not)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):  # no pid file, or not a pid
+        return None
+    if not pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return pid
+    return pid if all(m in cmdline for m in markers) else None
+
+
 def process_start(pid: int) -> str | None:
     """When a process started (clock ticks since boot), None if it is gone; with its pid, it
     names the process even after the pid is reused."""

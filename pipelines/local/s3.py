@@ -22,7 +22,7 @@ from subprocess import DEVNULL, STDOUT, Popen
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.local.jars import RESOURCES, java_executable, s3proxy_jars
-from pipelines.local.processes import pid_alive, tail, terminate
+from pipelines.local.processes import pid_of, tail, terminate
 from pipelines.local.tls import write_private
 
 KEY_ENV, SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
@@ -83,17 +83,7 @@ def bucket_of(conf: LakehouseConf) -> str | None:
 def _pid(conf: LakehouseConf) -> int | None:
     """The pid of our S3Proxy, if it runs (its command line names our properties file)."""
     p = _paths(conf)
-    try:
-        pid = int(p["pid"].read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if not pid_alive(pid):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return pid
-    return pid if MAIN in cmdline and str(p["props"]) in cmdline else None
+    return pid_of(p["pid"], MAIN, str(p["props"]))
 
 
 def _answers(conf: LakehouseConf) -> bool:
