@@ -84,6 +84,7 @@ class Pipeline(IdempotentSink):
         self.layers = [s for s in (self.bronze, self.silver, self.gold) if s is not None]
         for layer in self.layers:
             layer._cached = self._cached  # released with the batch's own frames
+            layer._records = self._records  # one checkpoint: read once per batch
             layer.steps = self.steps  # timed as parts of the pipeline's batch
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:

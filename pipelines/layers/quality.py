@@ -171,7 +171,13 @@ def check_frames(
         return _check_frames(spark, conf, frames, scope, _context(project))
 
 
-def _check_frames(spark, conf, frames, scope, context) -> list[SuiteOutcome]:
+def _check_frames(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    frames: dict[str, tuple[DataFrame, int | None]],
+    scope: str,
+    context,
+) -> list[SuiteOutcome]:
     import great_expectations as gx
 
     source = context.data_sources.add_or_update_spark(name="lakehouse")

@@ -23,7 +23,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import sasl_password
 from pipelines.local.jars import java_executable, kafka_jars
-from pipelines.local.processes import pid_alive, pid_of, tail, terminate
+from pipelines.local.processes import pid_alive, pid_of, port_in_use, tail, terminate
 from pipelines.local.tls import (
     BrokerTls,
     ensure_broker_tls,
@@ -241,16 +240,10 @@ def _node_pid(node: Node) -> int | None:
     return pid_of(node.paths["pid"], "kafka.Kafka", str(node.paths["props"]))
 
 
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 def _answers(conf: LakehouseConf, timeout: float = 3.0) -> bool:
     """Whether every node listens, and the cluster answers with all of them registered."""
     members = nodes(conf)
-    if not all(_port_in_use(n.host, n.port) for n in members):
+    if not all(port_in_use(n.host, n.port) for n in members):
         return False
     settings = {**_admin_settings(conf), "socket.timeout.ms": str(int(timeout * 1000))}
     meta = _metadata(settings, timeout)
@@ -264,7 +257,7 @@ def status(conf: LakehouseConf) -> BrokerStatus:
     address = addresses(conf)
     down = [n for n, pid in zip(members, pids, strict=True) if pid is None]
     if len(down) == len(members):
-        taken = [n.address for n in members if _port_in_use(n.host, n.port)]
+        taken = [n.address for n in members if port_in_use(n.host, n.port)]
         if taken:
             detail = f"port {', '.join(taken)} is used by another process"
             return BrokerStatus(False, None, address, detail, pids)
@@ -378,7 +371,7 @@ def _check_ports(conf: LakehouseConf, members: list[Node], pids: list[int | None
         )
     for n, pid in zip(members, pids, strict=True):
         for port in (n.port, n.controller_port):
-            if pid is None and _port_in_use(n.host, port):
+            if pid is None and port_in_use(n.host, port):
                 raise LocalBrokerError(
                     f"cannot start Kafka: port {n.host}:{port} is already in use by another "
                     f"process; stop it or choose another port (local_broker.port / "
@@ -486,7 +479,7 @@ def kill(conf: LakehouseConf, node: int) -> int:
     deadline = time.monotonic() + 10  # gone once its threads are, and its ports with them
     while time.monotonic() < deadline and (
         pid_alive(pid)
-        or any(_port_in_use(target.host, p) for p in (target.port, target.controller_port))
+        or any(port_in_use(target.host, p) for p in (target.port, target.controller_port))
     ):
         time.sleep(0.05)
     target.paths["pid"].unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,13 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something accepts connections at host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
 
 
 def pid_of(pid_file: Path, *markers: str) -> int | None:

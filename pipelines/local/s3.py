@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ from subprocess import DEVNULL, STDOUT, Popen
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.local.jars import RESOURCES, java_executable, s3proxy_jars
-from pipelines.local.processes import pid_of, tail, terminate
+from pipelines.local.processes import pid_of, port_in_use, tail, terminate
 from pipelines.local.tls import write_private
 
 KEY_ENV, SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
@@ -99,17 +98,11 @@ def _answers(conf: LakehouseConf) -> bool:
     return b"<Error>" in body or b"ListAllMyBucketsResult" in body
 
 
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 def status(conf: LakehouseConf) -> StorageStatus:
     """Whether our S3 server runs and answers at its endpoint."""
     pid, url, s = _pid(conf), endpoint(conf), conf.local_storage
     if pid is None:
-        if _port_in_use(s.host, s.port):
+        if port_in_use(s.host, s.port):
             return StorageStatus(False, None, url, f"port {s.port} is used by another process")
         return StorageStatus(False, None, url, "not running")
     if _answers(conf):
@@ -139,7 +132,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> StorageStatus:
     if current.running:
         say(f"storage: already {current.detail}")
         return current
-    if current.pid is None and _port_in_use(s.host, s.port):
+    if current.pid is None and port_in_use(s.host, s.port):
         raise LocalStorageError(f"cannot start S3 at {current.endpoint}: {current.detail}")
     heap = [f"-Xmx{s.heap}", "-XX:+UseSerialGC", f"-Dlogback.configurationFile={LOGBACK}"]
     cmd = [java_executable(), *heap, "-cp", f"{s3proxy_jars(s.version)}/*", MAIN]

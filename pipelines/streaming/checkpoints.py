@@ -34,12 +34,11 @@ def batch_end_offsets(
     return _offsets_in(files, f"{checkpoint}/offsets/{batch_id}", topic)
 
 
-def batch_time_ms(files: Files, checkpoint: str, batch_id: int) -> int | None:
-    """When Spark planned a batch (`batchTimestampMs` of `offsets/<batch_id>`, the driver's clock;
-    a rebuilt checkpoint keeps it): none of the batch's writes is older. None without the file."""
-    if (text := files.read_text(f"{checkpoint}/offsets/{batch_id}")) is None:
-        return None
-    for line in text.splitlines():
+def planned_ms(offsets: str) -> int | None:
+    """When Spark planned a batch: `batchTimestampMs` in the text of its offsets file (as
+    `batch_record` keeps it), the driver's clock; a rebuilt checkpoint keeps it. None of the
+    batch's writes is older."""
+    for line in offsets.splitlines():
         if '"batchTimestampMs"' in line:
             return int(json.loads(line.strip().lstrip("\x00"))["batchTimestampMs"])
     return None

@@ -4,8 +4,9 @@ The lease lives with the checkpoint and goes through Hadoop's FileSystem like th
 holds for jobs on several machines. Leases are numbered files, `_lease/<n>`; the highest number
 holds. A job takes the next number with an exclusive create (`Files.create_new`: `O_EXCL` on a
 local disk, a conditional PUT on S3, the store's own exclusive create elsewhere), so of two jobs
-starting together exactly one gets it, on one machine or several. A lease not renewed for `TTL_S` seconds, or held
-by a process of this host that is gone, is stale: the next job takes the next number.
+starting together exactly one gets it, on one machine or several. A lease not renewed for
+`TTL_S` seconds, or held by a process of this host that is gone, is stale: the next job takes
+the next number.
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ class IdempotentSink:
         self.failure: BaseException | None = None  # what stopped the query, by type
         self._query_id: str | None = None
         self._cached: list[DataFrame] = []
+        # what the running batch's commits record of the checkpoint, read once per batch (three
+        # files: on object storage, three requests), not once per table it writes
+        self._records: dict[int, dict[str, object]] = {}
         self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
         self.ready: Future | None = None  # tables still being created: batches wait for them
         self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
@@ -92,6 +95,7 @@ class IdempotentSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.spark = batch.sparkSession
         self.steps.clear()
+        self._records.clear()
         started = time.perf_counter()
         try:
             if STOPPING.is_set():
@@ -116,6 +120,13 @@ class IdempotentSink:
         self._cached.append(df.persist())
         return self._cached[-1]
 
+    def batch_record(self, batch_id: int) -> dict[str, object]:
+        """What this batch's commits record of the checkpoint (`checkpoints.batch_record`)."""
+        if batch_id not in self._records:
+            files = Files(self.spark)
+            self._records[batch_id] = checkpoints.batch_record(files, self.checkpoint, batch_id)
+        return self._records[batch_id]
+
     def query_id(self) -> str:
         """The id Spark keeps in the checkpoint: batch ids count from 0 again under a new one."""
         if self._query_id is None:
@@ -132,7 +143,8 @@ class IdempotentSink:
         """Whether this batch's write to the table at `path` is committed already (the batch is
         a replay): the newest commit of this query in the table, if no older than the batch's
         planning, records it."""
-        planned = checkpoints.batch_time_ms(Files(self.spark), self.checkpoint, batch_id)
+        offsets = self.batch_record(batch_id).get("offsets")
+        planned = checkpoints.planned_ms(offsets) if isinstance(offsets, str) else None
         since = None if planned is None else planned - CLOCK_MARGIN_MS
         found = newest_tagged_batch(self.spark, path, self.query_id(), since)
         return found is not None and found >= batch_id
@@ -145,7 +157,7 @@ class IdempotentSink:
         `txn_ids`, retried on write conflicts. Any other failure stops the job with one line
         naming the table, the batch and the cause."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
-        record = json.dumps(checkpoints.batch_record(Files(self.spark), self.checkpoint, batch_id))
+        record = json.dumps(self.batch_record(batch_id))
         app_id = self.app_id(table) if txn_ids else None
         tagged = idempotent_txn(self.spark, app_id, batch_id, record)(write)
         try:

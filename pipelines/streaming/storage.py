@@ -4,6 +4,7 @@ here touches a storage path with pathlib or os."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -116,8 +117,6 @@ class Files:
 
 
 def _create_local(file: Path, text: str) -> bool:
-    import os
-
     file.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
