@@ -40,10 +40,16 @@ def generate(records: int, first_chunk: int = 0) -> list:
 
 
 def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
-    """`conf` with an empty storage root and a new topic `bench.<name>.<id>`, created."""
-    topic = f"bench.{name}.{uuid.uuid4().hex[:8]}"
-    root = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
-    conf = conf.updated({"storage.root": root, "streams.orders.topic": topic})
+    """`conf` with an empty storage root (a new local folder, or a new prefix under a remote
+    root: `--env s3-local` benchmarks the S3 endpoint) and a new topic `bench.<name>.<id>`,
+    created; logs go to a new local folder either way (`conf.log_dir`)."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"bench.{name}.{run}"
+    local = tempfile.mkdtemp(prefix=f"lakehouse-bench-{name}-")
+    root = f"{conf.root}/bench-{name}-{run}" if conf.remote else local
+    conf = conf.updated(
+        {"storage.root": root, "storage.log_dir": local, "streams.orders.topic": topic}
+    )
     stream = conf.stream("orders")
     ensure_topic(
         conf, topic, stream.partitions, stream.replication_factor, stream.min_insync_replicas

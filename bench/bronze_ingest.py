@@ -95,11 +95,11 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.monotonic() - started
 
 
-def delta_rows(root: str, table: str) -> int:
+def delta_rows(root: str, table: str, storage_options: dict[str, str] | None = None) -> int:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    files = pa.table(DeltaTable(f"{root}/{table}").get_add_actions())
+    files = pa.table(DeltaTable(f"{root}/{table}", storage_options).get_add_actions())
     return sum(files.column("num_records").to_pylist())
 
 

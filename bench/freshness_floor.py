@@ -24,15 +24,15 @@ import argparse
 import json
 import threading
 import time
-from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from bench.backlog import fresh, record
 from pipelines.config import load_config
-from pipelines.local import broker
+from pipelines.local import broker, s3
 from pipelines.streaming.spark import build_spark
+from pipelines.streaming.storage import Files
 
 CATEGORIES = ["books", "games", "garden", "tools", "toys", "music", "food", "shoes"]
 
@@ -63,13 +63,14 @@ def produce(servers: str, topic: str, rate: int, seconds: float, delivered: list
     p.flush(30)
 
 
-def batch_ranges(checkpoint: str) -> dict[int, dict[int, tuple[int, int]]]:
+def batch_ranges(files: Files, checkpoint: str) -> dict[int, dict[int, tuple[int, int]]]:
     """Batch id -> partition -> (start, end) offsets, from the checkpoint's offset log."""
     ends: dict[int, dict[int, int]] = {}
-    for f in Path(checkpoint, "offsets").iterdir():
-        if f.name.isdigit():
-            offsets = json.loads(f.read_text().splitlines()[-1])
-            ends[int(f.name)] = {int(p): o for p, o in next(iter(offsets.values())).items()}
+    for name in files.names(f"{checkpoint}/offsets"):
+        if name.isdigit():
+            text = files.read_text(f"{checkpoint}/offsets/{name}") or ""
+            offsets = json.loads(text.splitlines()[-1])
+            ends[int(name)] = {int(p): o for p, o in next(iter(offsets.values())).items()}
     ranges, previous = {}, {}
     for b in sorted(ends):
         ranges[b] = {p: (previous.get(p, 0), e) for p, e in ends[b].items()}
@@ -152,7 +153,7 @@ def run_variant(spark, conf, variant: str, rate: int, seconds: float) -> dict:
     query.processAllAvailable()
     query.stop()
 
-    ranges = batch_ranges(checkpoint)
+    ranges = batch_ranges(Files(spark), checkpoint)
     fresh_s = []
     for partition, offset, ts in delivered:
         b = next(
@@ -181,6 +182,8 @@ def main() -> None:
     args = parser.parse_args()
     conf = load_config(args.env)
     broker.start(conf)
+    if conf.remote:  # the local S3 endpoint of `--env s3-local`
+        s3.start(conf)
     spark = build_spark(conf, app_name="bench-freshness-floor")
     run_variant(spark, conf, "append+merge", args.rate, 20)  # warms the JVM up, not measured
     results = []
@@ -194,9 +197,11 @@ def main() -> None:
             flush=True,
         )
     spark.stop()
+    where = " on the local S3 endpoint" if conf.remote else ""
     record(
-        f"Freshness floor at {args.rate:,}/s",
-        f"python -m bench.freshness_floor --rate {args.rate} --seconds {args.seconds:g}",
+        f"Freshness floor at {args.rate:,}/s{where}",
+        f"python -m bench.freshness_floor --rate {args.rate} --seconds {args.seconds:g} "
+        f"--variants {args.variants} --env {args.env}",
         [
             f"`{r['variant']}`: {r['records']:,} records, {r['batches']} batches of mean "
             f"{r['batch_mean_s']:.2f} s (max {r['batch_max_s']:.2f} s); freshness **p50 {r['p50_s']:.2f} s, p99 "

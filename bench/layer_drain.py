@@ -29,7 +29,7 @@ from bench.backlog import RESULTS, fresh, generate, record
 from bench.bronze_ingest import delta_rows
 from pipelines.config import load_config
 from pipelines.kafka import topic_watermarks
-from pipelines.local import broker
+from pipelines.local import broker, s3
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 
@@ -81,6 +81,8 @@ def main() -> None:
 
     conf = load_config(args.env)
     broker.start(conf)
+    if conf.remote:  # the local S3 endpoint of `--env s3-local`
+        s3.start(conf)
     conf = fresh(conf, "layers")
     if args.topic:
         conf = conf.updated({"streams.orders.topic": args.topic})
@@ -97,6 +99,7 @@ def main() -> None:
     print(f"backlog: {n:,} records on {topic}, storage root {root}", flush=True)
 
     overrides = {"LAKEHOUSE__STORAGE__ROOT": root, "LAKEHOUSE__STREAMS__ORDERS__TOPIC": topic}
+    overrides["LAKEHOUSE__STORAGE__LOG_DIR"] = str(conf.log_dir)
     lakehouse = str(Path(sys.executable).parent / "lakehouse")
     env = {**os.environ, **overrides}
     subprocess.run([lakehouse, "seed", "--env", args.env], check=True, cwd=REPO, env=env)
@@ -108,7 +111,7 @@ def main() -> None:
         ("silver", stream.events_table),
         ("gold", None),
     ):
-        log = Path(root) / f"{layer}.log"
+        log = conf.log_dir / f"{layer}.log"
         seconds = run_layer(layer, args.env, overrides, log)
         batches, spent = steps(log)
         rate = inputs[layer] / seconds
@@ -130,7 +133,7 @@ def main() -> None:
         print(line, flush=True)
         figures.append(line)
         if table is not None:
-            rows = delta_rows(root, table)
+            rows = delta_rows(root, table, conf.delta_rs_options())
             if layer == "bronze":
                 assert rows == n, f"bronze holds {rows:,} rows, expected {n:,}"
                 inputs["silver"] = rows
@@ -154,7 +157,9 @@ def main() -> None:
     command = "python -m bench.layer_drain" + (
         f" --records {args.records}" if args.records != 2_000_000 else ""
     )
-    print(f"results: {out} and {record('Layer jobs drain', command, figures)}")
+    command += f" --env {args.env}" if args.env != "local" else ""
+    name = "Layer jobs drain" + (" on the local S3 endpoint" if conf.remote else "")
+    print(f"results: {out} and {record(name, command, figures)}")
 
 
 if __name__ == "__main__":

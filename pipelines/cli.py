@@ -182,7 +182,7 @@ def setup(conf: LakehouseConf, args: argparse.Namespace) -> None:
 def jars(conf: LakehouseConf, args: argparse.Namespace) -> None:
     from pipelines.local.jars import spark_jars
 
-    print(",".join(str(j) for j in spark_jars()))
+    print(",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
 
 
 def config(conf: LakehouseConf, args: argparse.Namespace) -> None:

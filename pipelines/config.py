@@ -301,6 +301,11 @@ class LakehouseConf(_Section):
         """Whether the root is a URI (object storage, HDFS) rather than a local folder."""
         return re.match(r"[A-Za-z][\w+.-]*:", self.storage.root) is not None
 
+    @property
+    def uses_s3(self) -> bool:
+        """Whether Spark needs S3A: an s3a:// root, or an S3 endpoint configured."""
+        return self.root.startswith("s3a://") or self.storage.s3.endpoint is not None
+
     def delta_rs_options(self) -> dict[str, str] | None:
         """delta-rs's `storage_options` for the root (None: its defaults, from the environment)."""
         return self.storage.s3.delta_rs_options() if self.root.startswith("s3a://") else None

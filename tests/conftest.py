@@ -158,11 +158,14 @@ def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
         "LAKEHOUSE__STORAGE__ROOT": conf.storage.root,
         "LAKEHOUSE__STREAMS__ORDERS__TOPIC": stream.topic,
         "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": conf.kafka.bootstrap_servers,
-        "LAKEHOUSE__STORAGE__S3__ENDPOINT": conf.storage.s3.endpoint or "",
+        # the S3 endpoint for a root on it only: other jobs start without S3A's jars
+        "LAKEHOUSE__STORAGE__S3__ENDPOINT": (conf.remote and conf.storage.s3.endpoint) or "",
         "LAKEHOUSE__STORAGE__S3__PATH_STYLE_ACCESS": str(conf.storage.s3.path_style_access),
         "LAKEHOUSE__STORAGE__LOG_DIR": conf.storage.log_dir or "",
-        # the jobs a test starts live seconds: C1 only starts them ~25% faster on 2 cores
-        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
+        # the jobs a test starts live seconds: C1 only starts them ~25% faster on 2 cores; C1
+        # alone gets a 48 MB code cache, which a job with S3A fills (then HotSpot stops compiling
+        # and fails in method handles): the tiered size
+        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
     }
     env.update(extra)
     return env

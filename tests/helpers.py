@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,10 +32,29 @@ def produce(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> Pro
     return produce_plan(conf, plan, conf.streams["orders"].topic)
 
 
+def _files():
+    """The test session's `Files`: paths on the S3 endpoint through S3A, as the jobs see them."""
+    from pyspark.sql import SparkSession
+
+    from pipelines.streaming.storage import Files
+
+    return Files(SparkSession.getActiveSession() or SparkSession.builder.getOrCreate())
+
+
 def delta_commits(table_path: str) -> int:
     """How many commits a Delta table has (0 before it exists)."""
+    if "://" in table_path:
+        return sum(n.endswith(".json") for n in _files().names(f"{table_path}/_delta_log"))
     log_dir = Path(table_path) / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
+
+def remove_tree(path: str) -> None:
+    """Delete a folder (a checkpoint, a table), on a local disk or on the S3 endpoint."""
+    if "://" in path:
+        _files().delete(path, recursive=True)
+    else:
+        shutil.rmtree(path)
 
 
 def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:

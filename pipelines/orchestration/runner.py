@@ -48,7 +48,7 @@ def spark_submit_command(
     submit = str(Path(sys.executable).with_name("spark-submit"))
     cmd = [submit, "--master", master or task.cluster.master or conf.spark.master]
     cmd += ["--name", task.key, "--driver-memory", memory]
-    cmd += ["--jars", ",".join(str(j) for j in spark_jars())]
+    cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
     cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J2}"]
     cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
     return [*cmd, str(task.python_file), *parameters]

@@ -33,7 +33,7 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
             builder.master(conf.spark.master)
-            .config("spark.jars", ",".join(str(j) for j in spark_jars()))
+            .config("spark.jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
         )
     spark = builder.config(map=session_settings(conf)).getOrCreate()

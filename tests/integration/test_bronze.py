@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import socket
 import time
@@ -104,7 +103,12 @@ def test_a_replayed_batch_is_skipped_by_delta(spark, lake):
     assert bronze_rows(spark, lake) == before
 
 
-def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spark, lake, tmp_path):
+def test_sigkill_at_random_instants_on_s3_then_restart_equals_an_uninterrupted_local_run(
+    spark, s3_lake, tmp_path
+):
+    """Bronze on the S3 endpoint, SIGKILLed mid-batch or between batches, then run to the end:
+    the table equals an uninterrupted run's on a local disk, record for record."""
+    lake = s3_lake
     report = produce(lake, orders=600, seed=33)
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "1234")))
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER="100")
@@ -125,7 +129,8 @@ def test_sigkill_at_random_instants_then_restart_equals_an_uninterrupted_run(spa
     assert_bronze_matches(spark, lake, expected_from(report))
 
 
-def test_lost_checkpoint_resumes_after_the_table_offsets(spark, lake):
+def test_a_lost_checkpoint_on_s3_resumes_after_the_table_offsets(spark, s3_lake):
+    lake = s3_lake
     first = produce(lake, orders=800, seed=44)
     small = lake.updated({"bronze.max_offsets_per_trigger": 300})
     query = start_bronze(spark, small, once=False)
@@ -136,7 +141,7 @@ def test_lost_checkpoint_resumes_after_the_table_offsets(spark, lake):
         query.stop()
     half = len(bronze_rows(spark, lake))
     assert 0 < half < first.counts["records"], "stopped half-way"
-    shutil.rmtree(bronze_tables(lake, lake.streams["orders"]).checkpoint)
+    helpers.remove_tree(bronze_tables(lake, lake.streams["orders"]).checkpoint)
     second = produce(lake, orders=200, seed=45)
     run_bronze(spark, lake, once=True, progress=False)
     assert_bronze_matches(spark, lake, expected_from(first, second))
@@ -150,7 +155,8 @@ def _delete_before(conf: LakehouseConf, partition: int, offset: int) -> None:
         f.result(timeout=30)
 
 
-def test_retention_gap_stops_the_job_naming_topic_partition_and_range(spark, lake):
+def test_a_retention_gap_on_s3_stops_the_job_naming_topic_partition_and_range(spark, s3_lake):
+    lake = s3_lake
     first = produce(lake, orders=200, seed=55)
     run_bronze(spark, lake, once=True, progress=False)
     in_p0 = sum(1 for d in first.delivered if d.partition == 0)

@@ -131,7 +131,7 @@ def delta_tables_holding(spark, secret: str, root: Path) -> list[str]:
     from pyspark.sql import functions as F
 
     found = []
-    for log in sorted(root.rglob("_delta_log")):
+    for log in sorted(Path(root).rglob("_delta_log")):
         rows = spark.read.format("delta").load(str(log.parent))
         as_text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in rows.columns]))
         if rows.where(as_text.contains(secret)).limit(1).count():
