@@ -99,7 +99,9 @@ def delta_rows(root: str, table: str, storage_options: dict[str, str] | None = N
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    files = pa.table(DeltaTable(f"{root}/{table}", storage_options).get_add_actions())
+    files = pa.table(
+        DeltaTable(f"{root}/{table}", storage_options=storage_options).get_add_actions()
+    )
     return sum(files.column("num_records").to_pylist())
 
 
