@@ -174,9 +174,11 @@ def demo(conf: LakehouseConf, args: argparse.Namespace) -> None:
 
 
 def setup(conf: LakehouseConf, args: argparse.Namespace) -> None:
-    from pipelines.local import jars
+    from pipelines.local import cds, jars
 
     jars.main()
+    if archive := cds.create():
+        print(f"spark driver: class-data archive {archive}")
 
 
 def jars(conf: LakehouseConf, args: argparse.Namespace) -> None:
@@ -218,7 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    command("setup", setup, "fetch the JVM jars (Delta, Kafka source, S3A, Kafka, S3Proxy)")
+    command(
+        "setup",
+        setup,
+        "fetch the JVM jars (Delta, Kafka source, S3A, Kafka, S3Proxy), archive Spark's classes",
+    )
     for name, (_, help) in SERVICES.items():
         p = command(name, service_command, help)
         p.add_argument("action", choices=SERVICE_ACTIONS)

@@ -32,7 +32,7 @@ def produce(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> Pro
     return produce_plan(conf, plan, conf.streams["orders"].topic)
 
 
-def _files():
+def files():
     """The test session's `Files`: paths on the S3 endpoint through S3A, as the jobs see them."""
     from pyspark.sql import SparkSession
 
@@ -44,7 +44,7 @@ def _files():
 def delta_commits(table_path: str) -> int:
     """How many commits a Delta table has (0 before it exists)."""
     if "://" in table_path:
-        return sum(n.endswith(".json") for n in _files().names(f"{table_path}/_delta_log"))
+        return sum(n.endswith(".json") for n in files().names(f"{table_path}/_delta_log"))
     log_dir = Path(table_path) / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
 
@@ -52,9 +52,14 @@ def delta_commits(table_path: str) -> int:
 def remove_tree(path: str) -> None:
     """Delete a folder (a checkpoint, a table), on a local disk or on the S3 endpoint."""
     if "://" in path:
-        _files().delete(path, recursive=True)
+        files().delete(path, recursive=True)
     else:
         shutil.rmtree(path)
+
+
+def download(folder: str, local: str) -> None:
+    """Copy a folder (a table) of the S3 endpoint into a local folder that does not exist yet."""
+    assert files().download(folder, Path(local)), f"{folder} does not exist"
 
 
 def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:

@@ -17,6 +17,7 @@ The tables are the state: there is no Spark watermark to drop late events silent
 from __future__ import annotations
 
 import importlib
+import logging
 import operator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +43,7 @@ from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
 
+log = logging.getLogger("lakehouse.gold")
 TOO_BIG = "a window this event falls in would exceed the value columns"
 
 
@@ -136,7 +138,7 @@ class UpsertGold(IdempotentSink):
 
     def __init__(self, conf: LakehouseConf, tables: GoldTables) -> None:
         super().__init__(tables.checkpoint)
-        self.tables, self.conf = tables, conf
+        self.tables, self.conf, self._warned = tables, conf, False
         stream = conf.stream(tables.stream)
         self.modules = {n: importlib.import_module(stream.module(n)) for n in tables.aggregates}
         self.enrich = importlib.import_module(stream.enrich).enrich if stream.enrich else None
@@ -293,11 +295,20 @@ class UpsertGold(IdempotentSink):
     def _table_ranges(self) -> dict | None:
         """Each value column's (min, max) over each gold table, widened to 0, from its files'
         statistics; None if one is missing."""
-        ranges = {}
+        ranges, options = {}, self.conf.delta_rs_options()
         for name, module in self.modules.items():
+            path = self.tables.aggregates[name]
             try:  # the files' statistics, by delta-rs; if it cannot read them, the exact check
-                files = DeltaLake(self.tables.aggregates[name]).get_add_actions(flatten=True)
-            except Exception:  # noqa: BLE001 (a table feature or storage delta-rs lacks)
+                files = DeltaLake(path, storage_options=options).get_add_actions(flatten=True)
+            except Exception as e:  # noqa: BLE001 (a table feature or storage delta-rs lacks)
+                if not self._warned:
+                    log.warning(
+                        "%s: no file statistics from delta-rs (%s); window rows are "
+                        "checked one by one, which is slower",
+                        path,
+                        str(e)[:300],
+                    )
+                    self._warned = True
                 return None
             files = pa.table(files)
             ranges[name] = {v: _file_stats_range(files, v) for v in module.VALUE_COLUMNS}

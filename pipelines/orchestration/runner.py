@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import ExitCode
+from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
 from pipelines.local.processes import die_with_parent, terminate
 from pipelines.orchestration.runs import (
@@ -32,7 +33,7 @@ from pipelines.orchestration.runs import (
     record_attempt,
 )
 from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Task, resolve
-from pipelines.spark_conf import LOG4J2, session_settings
+from pipelines.spark_conf import session_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Failures a retry repeats: retrying a refused login would only hammer the broker (and may lock
@@ -49,7 +50,7 @@ def spark_submit_command(
     cmd = [submit, "--master", master or task.cluster.master or conf.spark.master]
     cmd += ["--name", task.key, "--driver-memory", memory]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
-    cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J2}"]
+    cmd += ["--driver-java-options", driver_java_options()]
     cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
     return [*cmd, str(task.python_file), *parameters]
 

@@ -18,8 +18,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pipelines.config import LakehouseConf
+from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
-from pipelines.spark_conf import LOG4J2, session_settings
+from pipelines.spark_conf import session_settings
 
 
 def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSession:
@@ -34,7 +35,7 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
         builder = (
             builder.master(conf.spark.master)
             .config("spark.jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J2}")
+            .config("spark.driver.extraJavaOptions", driver_java_options())
         )
     spark = builder.config(map=session_settings(conf)).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)

@@ -202,12 +202,14 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     assert results.select("run_id").distinct().count() == 2
 
 
-def test_sigkill_silver_then_gold_at_random_instants_and_lost_checkpoints_equal_an_uninterrupted_run(
-    spark, lake, tmp_path
+def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_equal_a_local_run(
+    spark, s3_lake, tmp_path
 ):
-    """One stream through both layers: each is SIGKILLed twice at random instants (mid-batch
-    or between batches), loses its checkpoint right after the last kill, and is run to the end;
-    every table then equals an uninterrupted run's, quarantine and late events included."""
+    """One stream through both layers, its tables and checkpoints on the S3 endpoint: each layer
+    is SIGKILLed twice at random instants (mid-batch or between batches), loses its checkpoint
+    right after the last kill, and is run to the end; every table then equals an uninterrupted
+    run's on a local disk, quarantine and late events included."""
+    lake = s3_lake
     # ~16 minutes of event time, late events among them; bronze in 5 batches of 4 files, so that
     # silver (4 files a batch) has 5 micro-batches to do, and gold (1 file a batch) as many
     report = helpers.produce(lake, 300, 74, events_per_second=1.0, **TWISTS)
@@ -219,7 +221,7 @@ def test_sigkill_silver_then_gold_at_random_instants_and_lost_checkpoints_equal_
     silver, gold = silver_tables(lake, stream), gold_tables(lake)
     reference = lake.updated({"storage.root": str(tmp_path / "ref")})
     ref_silver, ref_gold = silver_tables(reference, stream), gold_tables(reference)
-    shutil.copytree(silver.bronze, ref_silver.bronze)
+    helpers.download(silver.bronze, ref_silver.bronze)
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
     log = tmp_path / "jobs.log"
 
@@ -231,7 +233,7 @@ def test_sigkill_silver_then_gold_at_random_instants_and_lost_checkpoints_equal_
             job, env, log, watched, rng, kills=2, batches=(1, 1), jitter_s=5.0
         )
         assert killed == 2, f"{job} finished before it could be killed"
-        shutil.rmtree(checkpoint)  # right after the last kill: rebuilt from the tables
+        helpers.remove_tree(checkpoint)  # right after the last kill: rebuilt from the tables
         final = helpers.start_job(job, env, log, "--once")
         assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
         assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
@@ -254,9 +256,9 @@ def test_sigkill_silver_then_gold_at_random_instants_and_lost_checkpoints_equal_
 
     # gold, on the events silver wrote (the reference reads the same commits: the same batches)
     shutil.rmtree(ref_silver.events)
-    shutil.copytree(silver.events, ref_silver.events)
+    helpers.download(silver.events, ref_silver.events)
     for role, path in gold.dimensions.items():
-        shutil.copytree(path, ref_gold.dimensions[role])
+        helpers.download(path, ref_gold.dimensions[role])
     kill_then_lose_checkpoint(
         "pipelines.jobs.gold_job",
         gold.high_water,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -11,8 +13,8 @@ from nbclient import NotebookClient
 
 from pipelines.layers.bronze import run_bronze
 from pipelines.layers.gold import run_gold, seed_dimensions
-from pipelines.layers.quality import run_quality
 from pipelines.layers.silver import run_silver
+from tests import helpers
 from tests.conftest import subprocess_env
 from tests.helpers import produce
 
@@ -29,7 +31,8 @@ def _outputs(nb) -> str:
     )
 
 
-def test_the_explore_notebook_runs_on_the_pipeline_tables(spark, lake, monkeypatch):
+def test_the_explore_notebook_runs_on_the_pipeline_tables_on_s3(spark, s3_lake, monkeypatch):
+    lake = s3_lake
     produce(lake, orders=200, seed=61, redelivery_rate=0.05, invalid_rate=0.03)
     seed_dimensions(spark, lake)
     for run in (run_bronze, run_silver, run_gold):
@@ -37,13 +40,23 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables(spark, lake, monkeypat
     produce(lake, orders=100, seed=62, redelivery_rate=0.05)
     for run in (run_bronze, run_silver, run_gold):
         run(spark, lake, once=True, progress=False)
-    run_quality(spark, lake)
+    # `lakehouse dq` as a user runs it: its results and Data Docs are on the endpoint too
+    env = subprocess_env(lake)
+    dq = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "dq"], env=env, capture_output=True, text=True
+    )
+    assert dq.returncode == 0, dq.stdout[-2000:] + dq.stderr[-3000:]
+    assert dq.stdout.count(" passed") == 4, dq.stdout
+    results = spark.read.format("delta").load(lake.table_path("quality/results"))
+    assert results.select("suite").distinct().count() == 4
+    docs = helpers.files().names(f"{lake.root}/_quality/gx/uncommitted/data_docs/local_site")
+    assert "index.html" in docs, docs
     bronze_rows = spark.read.format("delta").load(lake.table_path("bronze/orders_raw")).count()
     quarantined = (
         spark.read.format("delta").load(lake.table_path("silver/orders_quarantine")).count()
     )
 
-    for key, value in subprocess_env(lake).items():
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("DISPLAY", raising=False)
     nb = nbformat.read(NOTEBOOKS / "explore_lakehouse.ipynb", as_version=4)

@@ -1,0 +1,37 @@
+"""A driver starts from the class-data archive that `lakehouse setup` dumped."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pipelines.local import cds
+from pipelines.local.jars import java_executable
+
+pytestmark = pytest.mark.integration
+SUBMIT = "org.apache.spark.deploy.SparkSubmit"
+
+
+def _source_of_submit(classpath: str, *options: str) -> str:
+    """Where a JVM with the driver's classpath (and `options`) loads Spark's SparkSubmit from."""
+    cmd = [java_executable(), *options, "-Xlog:class+load=info", "-cp", classpath, SUBMIT]
+    out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=True).stdout
+    return next(line for line in out.splitlines() if f"] {SUBMIT} source:" in line).split(
+        "source: "
+    )[1]
+
+
+def test_the_driver_runs_with_the_archive_and_its_classes_come_from_it(spark):
+    jvm = spark.sparkContext._jvm
+    arguments = list(
+        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    )
+    archive = cds.archive()
+    assert f"-XX:SharedArchiveFile={archive}" in arguments
+    classpath = jvm.java.lang.System.getProperty("java.class.path")
+    # the same JVM options, the same classpath: Spark's classes are mapped in from the archive
+    assert _source_of_submit(classpath, f"-XX:SharedArchiveFile={archive}", cds.QUIET) == (
+        "shared objects file (top)"
+    )
+    assert _source_of_submit(classpath).startswith("file:")  # without it: read from the jar
