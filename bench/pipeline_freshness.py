@@ -39,6 +39,7 @@ from pipelines.reference.producer import produce_plan
 from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.progress_table import progress_row
 from pipelines.streaming.spark import build_spark
+from pipelines.streaming.storage import Files
 from silver.order_events import parse_events
 
 LAYERS = {"bronze": start_bronze, "silver": start_silver, "gold": start_gold}
@@ -46,15 +47,18 @@ LAYERS = {"bronze": start_bronze, "silver": start_silver, "gold": start_gold}
 REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
 
 
-def delta_commits(table: str) -> Iterator[dict]:
-    """Every commit of a Delta table: version, commit time (ms), txn ids, the batch its
-    `userMetadata` records (None if none), added file names."""
-    for f in sorted(Path(table, "_delta_log").glob("*.json")):
-        actions = [json.loads(line) for line in f.read_text().splitlines()]
+def delta_commits(files: Files, table: str) -> Iterator[dict]:
+    """Every commit of a Delta table (on any root): version, commit time (ms), txn ids, the batch
+    its `userMetadata` records (None if none), added file names."""
+    log = f"{table}/_delta_log"
+    for name in sorted(n for n in files.names(log) if n.endswith(".json")):
+        actions = [
+            json.loads(line) for line in (files.read_text(f"{log}/{name}") or "").splitlines()
+        ]
         info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
         record = json.loads(info.get("userMetadata") or "{}")
         yield {
-            "version": int(f.stem),
+            "version": int(name.removesuffix(".json")),
             "ms": info["timestamp"],
             "batch": record.get("batch") if isinstance(record, dict) else None,
             "files": [a["add"]["path"].rsplit("/", 1)[-1] for a in actions if "add" in a],
@@ -62,10 +66,11 @@ def delta_commits(table: str) -> Iterator[dict]:
         }
 
 
-def gold_batch_ends(checkpoint: str) -> dict[int, tuple[int, int]]:
+def gold_batch_ends(files: Files, checkpoint: str) -> dict[int, tuple[int, int]]:
     """Gold batch id -> (silver version, index) its Delta source offset ends at."""
-    files = (f for f in Path(checkpoint, "offsets").iterdir() if f.name.isdigit())
-    sources = {int(f.name): json.loads(f.read_text().splitlines()[2]) for f in files}
+    offsets = f"{checkpoint}/offsets"
+    texts = {int(n): files.read_text(f"{offsets}/{n}") for n in files.names(offsets) if n.isdigit()}
+    sources = {batch: json.loads(text.splitlines()[2]) for batch, text in texts.items() if text}
     return {batch: (s["reservoirVersion"], s["index"]) for batch, s in sources.items()}
 
 
@@ -82,7 +87,7 @@ def gold_commits(spark: SparkSession, gold) -> DataFrame:
         [
             (name, batch, c["ms"])
             for name in (REVENUE, COUNTRIES)
-            for c in delta_commits(gold.aggregates[name])
+            for c in delta_commits(Files(spark), gold.aggregates[name])
             for app_id, batch in c["txn"]
             if app_id.startswith(f"{name}:")
         ],
@@ -127,11 +132,11 @@ def measure_bronze_max(spark: SparkSession, conf: LakehouseConf, records: list) 
 def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress: dict) -> dict:
     gold = gold_tables(conf)
     delta = spark.read.format("delta")
-    ends = gold_batch_ends(gold.checkpoint)
+    ends = gold_batch_ends(Files(spark), gold.checkpoint)
     files = spark.createDataFrame(
         [
             (name, c["ms"], first_covering_batch(ends, c["version"]))
-            for c in delta_commits(gold.events)  # the silver events gold reads
+            for c in delta_commits(Files(spark), gold.events)  # the silver events gold reads
             for name in c["files"]
         ],
         "file string, silver_ms bigint, gold_batch bigint",

@@ -52,6 +52,7 @@ from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 from pipelines.streaming.spark import build_spark
+from pipelines.streaming.storage import Files
 from silver.order_events import parse_events
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +98,7 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
     batch_of_file = spark.createDataFrame(
         [
             (name, c["batch"])  # the batch its commit records (appends carry no txn ids)
-            for c in delta_commits(raw)
+            for c in delta_commits(Files(spark), raw)
             if c["batch"] is not None
             for name in c["files"]
         ],

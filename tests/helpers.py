@@ -41,6 +41,12 @@ def files():
     return Files(SparkSession.getActiveSession() or SparkSession.builder.getOrCreate())
 
 
+def s3_objects(conf: LakehouseConf) -> Path:
+    """Where the S3 server keeps the objects of `conf`'s root, as files."""
+    bucket, _, prefix = conf.root.removeprefix("s3a://").partition("/")
+    return conf.storage_data_dir / "objects" / bucket / prefix
+
+
 def delta_commits(table_path: str) -> int:
     """How many commits a Delta table has (0 before it exists)."""
     if "://" in table_path:

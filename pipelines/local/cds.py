@@ -37,12 +37,17 @@ def archive() -> Path:
     return home() / "cds" / f"spark-driver-{digest}.jsa"
 
 
+def archive_java_options() -> str:
+    """The JVM options that start a JVM with Spark's classpath from the archive ("" if there is
+    none, or LAKEHOUSE_CDS=0)."""
+    if os.environ.get("LAKEHOUSE_CDS", "1") != "0" and (jsa := archive()).is_file():
+        return f"-XX:SharedArchiveFile={jsa} {QUIET}"
+    return ""
+
+
 def driver_java_options() -> str:
     """The driver JVM's options: the log4j2 configuration, and the archive if it exists."""
-    options = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
-    if os.environ.get("LAKEHOUSE_CDS", "1") != "0" and (jsa := archive()).is_file():
-        options += f" -XX:SharedArchiveFile={jsa} {QUIET}"
-    return options
+    return f"-Dlog4j2.configurationFile=file:{LOG4J2} {archive_java_options()}".strip()
 
 
 def create(*, quiet: bool = False) -> Path | None:

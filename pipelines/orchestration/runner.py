@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import ExitCode
-from pipelines.local.cds import driver_java_options
+from pipelines.local.cds import archive_java_options, driver_java_options
 from pipelines.local.jars import spark_jars
 from pipelines.local.processes import die_with_parent, terminate
 from pipelines.orchestration.runs import (
@@ -47,7 +47,11 @@ def spark_submit_command(
     settings = {**session_settings(conf), **task.cluster.spark_conf}
     memory = settings.pop("spark.driver.memory")  # a driver setting: given as --driver-memory
     submit = str(Path(sys.executable).with_name("spark-submit"))
-    cmd = [submit, "--master", master or task.cluster.master or conf.spark.master]
+    master = master or task.cluster.master or conf.spark.master
+    if master == conf.cluster.master_url and (options := archive_java_options()):
+        # the project's own cluster runs its executors on this machine: the archive is theirs too
+        settings.setdefault("spark.executor.extraJavaOptions", options)
+    cmd = [submit, "--master", master]
     cmd += ["--name", task.key, "--driver-memory", memory]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
     cmd += ["--driver-java-options", driver_java_options()]

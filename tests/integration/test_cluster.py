@@ -1,28 +1,32 @@
-"""The same jobs on a Spark standalone cluster (master + 2 workers), with the tables and
-checkpoints on S3, give the tables of a local run on a local disk."""
+"""The shipped batch job on a Spark standalone cluster (master + 2 workers), with the tables and
+checkpoints on S3: it keeps everything on the endpoint and its secret nowhere, and gives the
+tables of a local run on a local disk."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 
 import pytest
-import yaml
 
+from pipelines.config import REPO_ROOT
 from pipelines.layers.bronze import run_bronze
 from pipelines.layers.gold import run_gold, seed_dimensions
 from pipelines.layers.silver import run_silver
 from pipelines.local import cluster
 from pipelines.orchestration.runner import JobRunner
+from pipelines.orchestration.runs import read_runs
 from pipelines.orchestration.spec import load_job_spec
-from tests.conftest import _free_port, subprocess_env
+from tests.conftest import S3_SECRET, _free_port, subprocess_env
 from tests.helpers import SILVER_AND_GOLD as TABLES
-from tests.helpers import produce
+from tests.helpers import produce, s3_objects
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_local_tables(
+def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_gives_local_tables(
     spark, s3_lake, tmp_path, monkeypatch
 ):
     produce(
@@ -33,9 +37,8 @@ def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_loc
         invalid_rate=0.03,
         out_of_order_rate=0.1,
         null_key_rate=0.03,
-        unknown_dimension_rate=0.02,
         late_rate=0.02,
-    )
+    )  # no unknown products: a few would fail the gold quality suite's `unknown` share
     conf = s3_lake.updated(
         {
             "cluster.master_port": _free_port(),
@@ -44,14 +47,7 @@ def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_loc
             "cluster.worker_memory": "1g",
         }
     )
-    # the shipped batch spec's layer tasks (set-up and quality steps are tested elsewhere)
-    spec = yaml.safe_load(open("conf/jobs/orders_batch.yaml"))
-    spec["tasks"] = [t for t in spec["tasks"] if t["task_key"] in ("bronze", "silver", "gold")]
-    spec["tasks"][0].pop("depends_on")
-    seed_dimensions(spark, conf)
-    spec_path = tmp_path / "orders_batch.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-
+    before = set(tmp_path.rglob("*"))
     monkeypatch.setenv(
         "JAVA_TOOL_OPTIONS", subprocess_env(conf)["JAVA_TOOL_OPTIONS"]
     )  # the workers too
@@ -59,9 +55,11 @@ def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_loc
     try:
         assert (status.alive_workers, status.cores) == (2, 2)
         lines: list[str] = []
+        # the shipped batch spec: set-up, bronze, silver, gold, and both quality tasks, which run
+        # beside each other and append to one results table (two drivers)
         run = JobRunner(
             conf,
-            load_job_spec(spec_path),
+            load_job_spec("conf/jobs/orders_batch.yaml"),
             parameters={"env": "test"},
             master=conf.cluster.master_url,
             env=subprocess_env(conf),
@@ -71,15 +69,63 @@ def test_the_batch_job_on_a_standalone_cluster_with_the_root_on_s3_gives_the_loc
         c = conf.cluster
         with urllib.request.urlopen(f"http://{c.host}:{c.master_webui_port}/json/") as r:
             apps = json.loads(r.read())["completedapps"]
+        tasks = ["setup", "bronze", "silver", "gold", "quality_silver", "quality_gold"]
         assert sorted((a["name"], a["state"]) for a in apps) == [
-            ("lakehouse-bronze-orders", "FINISHED"),
-            ("lakehouse-gold-orders", "FINISHED"),
-            ("lakehouse-silver-orders", "FINISHED"),
+            (name, "FINISHED")
+            for name in sorted(
+                [
+                    "lakehouse-setup",
+                    "lakehouse-bronze-orders",
+                    "lakehouse-silver-orders",
+                    "lakehouse-gold-orders",
+                    "lakehouse-quality",
+                    "lakehouse-quality",
+                ]
+            )
         ]
     finally:
         cluster.stop(conf, quiet=True)
     assert not cluster.status(conf).running
 
+    # the runs table, on S3 through delta-rs, from a `lakehouse jobs runs` of its own
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "jobs", "runs"],
+        env=subprocess_env(conf),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    for task in tasks:
+        assert any(f" {task} " in line and "SUCCESS" in line for line in shown.stdout.splitlines())
+    finals = {r["task"]: r["state"] for r in read_runs(conf) if r["state"] != "RUNNING"}
+    assert finals == dict.fromkeys(tasks, "SUCCESS")
+
+    # everything is on the endpoint: the tables, checkpoints, results and Data Docs
+    stored = s3_objects(conf)
+    for table in [*TABLES, "bronze/orders_raw", "quality/results", "_jobs/runs"]:
+        assert (stored / table / "_delta_log" / "00000000000000000000.json").is_file(), table
+    for layer in ("bronze/orders_raw", "silver/order_events", "gold/orders"):
+        assert (stored / "_checkpoints" / layer / "commits").is_dir(), layer
+    docs = stored / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    assert docs.is_file()
+    # and nothing was written on this machine but logs: the tasks', the cluster's (its daemons'
+    # and its executors' stdout and stderr, beside the application's jars each executor fetched)
+    new = {p for p in tmp_path.rglob("*") if p.is_file()} - before
+    assert {p.relative_to(tmp_path).parts[0] for p in new} == {"logs", "cluster"}, sorted(new)
+    kinds = (".out", "/stdout", "/stderr", ".jar")
+    assert [p for p in new if "cluster" in p.parts and not str(p).endswith(kinds)] == []
+    assert not (REPO_ROOT / "s3a:").exists()  # no local folder named like the root
+    # the secret key is in no object, log or table row
+    needle = S3_SECRET.encode()
+    holding = [
+        str(f) for f in [*stored.rglob("*"), *new] if f.is_file() and needle in f.read_bytes()
+    ]
+    assert holding == []
+    results = spark.read.format("delta").load(conf.table_path("quality/results"))
+    assert results.select("suite").distinct().count() == 4
+
+    # the same tables as the layers give in this process on a local disk
     local = conf.updated({"storage.root": str(tmp_path / "local")})
     seed_dimensions(spark, local)
     for run_layer in (run_bronze, run_silver, run_gold):

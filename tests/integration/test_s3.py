@@ -7,19 +7,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from pipelines.config import REPO_ROOT, LakehouseConf
-from pipelines.orchestration.runner import JobRunner
-from pipelines.orchestration.runs import read_runs
-from pipelines.orchestration.spec import load_job_spec
-from tests.conftest import S3_SECRET, subprocess_env
-from tests.helpers import SILVER_AND_GOLD as TABLES
-from tests.helpers import produce
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +33,6 @@ for i in range(commits):
     row = spark.range(1).selectExpr(f"'{writer}' AS writer", f"CAST({i} AS INT) AS i")
     row.write.format("delta").mode("append").save(path)
 """
-
-
-def objects(conf: LakehouseConf) -> Path:
-    """Where the S3 server keeps the objects of `conf`'s root, as files."""
-    bucket, _, prefix = conf.root.removeprefix("s3a://").partition("/")
-    return conf.storage_data_dir / "objects" / bucket / prefix
 
 
 def test_a_commit_is_never_replaced_on_s3_nor_on_a_local_disk(spark, s3, tmp_path):
@@ -115,67 +102,3 @@ def test_two_drivers_and_delta_rs_commit_to_one_table_at_once_and_lose_no_commit
         text.count("another writer committed this version first") for text in outputs.values()
     )
     assert taken >= 1, "no commit collided: the drivers did not race; nothing was shown"
-
-
-def test_the_batch_job_on_s3_keeps_everything_on_the_endpoint_and_its_secret_nowhere(
-    spark, s3_lake, tmp_path
-):
-    conf = s3_lake
-    produce(
-        conf,
-        orders=300,
-        seed=81,
-        redelivery_rate=0.05,
-        invalid_rate=0.03,
-        out_of_order_rate=0.1,
-        null_key_rate=0.03,
-        late_rate=0.02,
-    )  # no unknown products: with 300 orders, a few would fail gold's `unknown` share
-    before = {p for p in tmp_path.rglob("*")}
-    # the shipped batch spec: set-up, bronze, silver, gold, and both quality tasks, which run
-    # beside each other and append to one results table (two drivers)
-    spec = load_job_spec("conf/jobs/orders_batch.yaml")
-    lines: list[str] = []
-    run = JobRunner(
-        conf, spec, parameters={"env": "test"}, env=subprocess_env(conf), echo=lines.append
-    ).run()
-    assert run.state == "SUCCESS", "\n".join(lines)
-    # the runs table, on S3 through delta-rs, from a `lakehouse jobs runs` of its own
-    shown = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "jobs", "runs"],
-        env=subprocess_env(conf),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert shown.returncode == 0, shown.stderr
-    tasks = ["setup", "bronze", "silver", "gold", "quality_silver", "quality_gold"]
-    for task in tasks:
-        assert any(f" {task} " in line and "SUCCESS" in line for line in shown.stdout.splitlines())
-    finals = {r["task"]: r["state"] for r in read_runs(conf) if r["state"] != "RUNNING"}
-    assert finals == dict.fromkeys(tasks, "SUCCESS")
-
-    # everything is on the endpoint: the tables, checkpoints, results and Data Docs
-    stored = objects(conf)
-    for table in [*TABLES, "bronze/orders_raw", "quality/results", "_jobs/runs"]:
-        assert (stored / table / "_delta_log" / "00000000000000000000.json").is_file(), table
-    for layer in ("bronze/orders_raw", "silver/order_events", "gold/orders"):
-        assert (stored / "_checkpoints" / layer / "commits").is_dir(), layer
-    docs = stored / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    assert docs.is_file()
-    # and nothing was written on this machine but the task logs
-    new = {p for p in tmp_path.rglob("*") if p.is_file()} - before
-    assert {p.relative_to(tmp_path).parts[0] for p in new} == {"logs"}, sorted(new)
-    assert not (REPO_ROOT / "s3a:").exists()  # no local folder named like the root
-    # the secret key is in no object, log or table row
-    needle = S3_SECRET.encode()
-    holding = [
-        str(f) for f in [*stored.rglob("*"), *new] if f.is_file() and needle in f.read_bytes()
-    ]
-    assert holding == []
-
-    # every order once in its current state; every suite recorded (the cluster test compares
-    # the tables with a local run row for row)
-    assert spark.read.format("delta").load(conf.table_path("silver/orders")).count() == 300
-    results = spark.read.format("delta").load(conf.table_path("quality/results"))
-    assert results.select("suite").distinct().count() == 4
