@@ -17,7 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.local.jars import AWS_SDK_VERSION, PYSPARK_JARS, home, java_executable, spark_jars
+from pipelines.local.jars import (
+    CHECKSUMS,
+    LOG_STORE_SOURCE,
+    PYSPARK_JARS,
+    home,
+    java_executable,
+    spark_jars,
+)
 from pipelines.spark_conf import LOG4J2
 
 WARM_UP = Path(__file__).resolve().parent.parent / "jobs" / "warm_up.py"
@@ -32,7 +39,8 @@ def archive() -> Path:
     release = java.parent.parent / "release"
     key = [str(java), release.read_text() if release.is_file() else "", str(PYSPARK_JARS)]
     key += [str(PYSPARK_JARS.stat().st_mtime_ns), WARM_UP.read_text()]
-    key += [j.name for j in spark_jars(s3=False, verify=False)] + [AWS_SDK_VERSION]
+    # the jar set, as recorded (never by listing or resolving the jars: a driver starts here)
+    key += [CHECKSUMS.read_text(), LOG_STORE_SOURCE.read_text()]
     digest = hashlib.sha256("\n".join(key).encode()).hexdigest()[:16]
     return home() / "cds" / f"spark-driver-{digest}.jsa"
 
