@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -26,6 +27,7 @@ from pyspark.sql.types import StructType
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.streaming.delta import retry_on_conflict, snapshot
+from pipelines.streaming.storage import Files
 
 
 class TableChangeRefusedError(ConfigError):
@@ -82,6 +84,7 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
             builder = builder.partitionedBy(*table.partitioned_by)
         for key, value in table.properties.items():
             builder = builder.property(key, value)
+        _clear_killed_creation(spark, path)
         # several jobs starting at once may all create it: the losers retry and find it there
         retry_on_conflict(builder.execute, what=table.name)
         return path
@@ -114,6 +117,18 @@ def constraints(spark: SparkSession, path: str) -> tuple[list[str], dict[str, st
     prefix = "delta.constraints."
     checks = {k.removeprefix(prefix): v for k, v in properties.items() if k.startswith(prefix)}
     return [f.name for f in schema.fields if not f.nullable], checks
+
+
+def _clear_killed_creation(spark: SparkSession, path: str) -> None:
+    """Remove what a creation killed before its first commit left: a `_delta_log` folder with no
+    file in it (Delta makes it, and `_staged_commits` in it, first). Delta takes such a folder for
+    an existing table and refuses to create one there, so the job could never start again."""
+    files, log = Files(spark), f"{path}/_delta_log"
+    names = files.names(log)
+    if names and set(names) <= {"_staged_commits"} and not files.names(f"{log}/_staged_commits"):
+        log_warning = f"table {path}: its creation was killed before the first commit; creating it"
+        logging.getLogger("lakehouse.tables").warning(log_warning)
+        files.delete(log, recursive=True)
 
 
 def _current(spark: SparkSession, path: str) -> tuple[StructType, tuple, dict] | None:

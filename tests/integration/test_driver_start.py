@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
 from pipelines.local import cds
-from pipelines.local.jars import java_executable
+from pipelines.local.jars import SPARK_FOLDER, home, java_executable
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.integration
 SUBMIT = "org.apache.spark.deploy.SparkSubmit"
@@ -35,3 +37,19 @@ def test_the_driver_runs_with_the_archive_and_its_classes_come_from_it(spark):
         "shared objects file (top)"
     )
     assert _source_of_submit(classpath).startswith("file:")  # without it: read from the jar
+
+
+def test_no_driver_start_rewrites_the_jars(spark, lake):
+    """A driver start reads the jar set; resolving it again would delete the jars under the
+    drivers running beside it (as one build of the archive's key once did, in every driver)."""
+    jars = sorted((home() / "jars" / SPARK_FOLDER).glob("*.jar"))
+    before = {j: j.stat().st_mtime_ns for j in jars}
+    started = subprocess.run(
+        [sys.executable, "-m", "pipelines.jobs.setup_job", "--env", "test"],
+        env=subprocess_env(lake),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert {j: j.stat().st_mtime_ns for j in jars if j.exists()} == before

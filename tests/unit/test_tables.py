@@ -55,3 +55,20 @@ def test_a_change_delta_cannot_apply_is_refused_with_the_difference(spark, conf)
         "  new column extra is NOT NULL (only nullable ones are added)",
         "  partitioned by ['id'], declared []",
     ]
+
+
+def test_a_creation_killed_before_its_first_commit_does_not_stop_the_next(spark, conf, tmp_path):
+    # what Delta leaves when the job dies between making the log folder and the first commit
+    (tmp_path / "gold" / "t" / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    path = ensure_table(spark, conf, V1)
+    assert spark.read.format("delta").load(path).columns == ["id", "n"]
+    assert DeltaTable.forPath(spark, path).history().count() == 1
+
+
+def test_a_log_folder_holding_a_file_is_never_cleared(spark, conf, tmp_path):
+    log = tmp_path / "gold" / "t" / "_delta_log"
+    (log / "_staged_commits").mkdir(parents=True)
+    (log / "_staged_commits" / "00000000000000000000.uuid.json").write_text("{}")
+    with pytest.raises(Exception, match="DELTA_"):
+        ensure_table(spark, conf, V1)
+    assert (log / "_staged_commits" / "00000000000000000000.uuid.json").read_text() == "{}"
