@@ -68,6 +68,12 @@ def download(folder: str, local: str) -> None:
     assert files().download(folder, Path(local)), f"{folder} does not exist"
 
 
+def run_module(module: str, env: dict[str, str], *args: str, timeout: float = 300):
+    """Run `python -m module args` to its end (a CLI command, a job), output captured as text."""
+    cmd = [sys.executable, "-m", module, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
     """A layer's job in its own process group (its JVM included), output appended to `log`."""
     with open(log, "ab") as out:

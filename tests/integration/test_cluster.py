@@ -5,8 +5,6 @@ tables of a local run on a local disk."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -19,6 +17,7 @@ from pipelines.local import cluster
 from pipelines.orchestration.runner import JobRunner
 from pipelines.orchestration.runs import read_runs
 from pipelines.orchestration.spec import load_job_spec
+from tests import helpers
 from tests.conftest import S3_SECRET, _free_port, subprocess_env
 from tests.helpers import SILVER_AND_GOLD as TABLES
 from tests.helpers import produce, s3_objects
@@ -88,13 +87,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     assert not cluster.status(conf).running
 
     # the runs table, on S3 through delta-rs, from a `lakehouse jobs runs` of its own
-    shown = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "jobs", "runs"],
-        env=subprocess_env(conf),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = helpers.run_module("pipelines.cli", subprocess_env(conf), "jobs", "runs", timeout=120)
     assert shown.returncode == 0, shown.stderr
     for task in tasks:
         assert any(f" {task} " in line and "SUCCESS" in line for line in shown.stdout.splitlines())

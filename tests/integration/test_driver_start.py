@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from pipelines.local import cds
 from pipelines.local.jars import SPARK_FOLDER, home, java_executable
+from tests import helpers
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.integration
@@ -44,12 +44,6 @@ def test_no_driver_start_rewrites_the_jars(spark, lake):
     drivers running beside it (as one build of the archive's key once did, in every driver)."""
     jars = sorted((home() / "jars" / SPARK_FOLDER).glob("*.jar"))
     before = {j: j.stat().st_mtime_ns for j in jars}
-    started = subprocess.run(
-        [sys.executable, "-m", "pipelines.jobs.setup_job", "--env", "test"],
-        env=subprocess_env(lake),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    started = helpers.run_module("pipelines.jobs.setup_job", subprocess_env(lake), "--env", "test")
     assert started.returncode == 0, started.stderr[-3000:]
     assert {j: j.stat().st_mtime_ns for j in jars if j.exists()} == before

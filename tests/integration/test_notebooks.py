@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -42,9 +40,7 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables_on_s3(spark, s3_lake, 
         run(spark, lake, once=True, progress=False)
     # `lakehouse dq` as a user runs it: its results and Data Docs are on the endpoint too
     env = subprocess_env(lake)
-    dq = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "dq"], env=env, capture_output=True, text=True
-    )
+    dq = helpers.run_module("pipelines.cli", env, "dq")
     assert dq.returncode == 0, dq.stdout[-2000:] + dq.stderr[-3000:]
     assert dq.stdout.count(" passed") == 4, dq.stdout
     results = spark.read.format("delta").load(lake.table_path("quality/results"))
