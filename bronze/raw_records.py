@@ -17,7 +17,9 @@ SCHEMA = (
     "key binary, value binary, headers array<struct<key:string,value:binary>>, "
     "ingested_at timestamp NOT NULL"
 )
-PROPERTIES = {"delta.appendOnly": "true"}
+# Row tracking: each row knows the commit that added it (`_metadata.row_commit_version`), and the
+# table's history that commit's time: freshness without reading the log's files.
+PROPERTIES = {"delta.appendOnly": "true", "delta.enableRowTracking": "true"}
 RAW_COLUMNS = column_names(SCHEMA)
 # offsets Kafka deleted before bronze read them (retention), once each
 GAPS_SCHEMA = (

@@ -32,6 +32,7 @@ SERVICES = {  # command: module, help
     ),
     "cluster": ("pipelines.local.cluster", "a Spark standalone cluster (master + workers) here"),
     "storage": ("pipelines.local.s3", "a local S3 endpoint (S3Proxy) for an s3a:// storage root"),
+    "history": ("pipelines.local.history", "Spark's History Server on the layer jobs' event logs"),
 }
 TWISTS = {  # --option: the StreamOptions rate it sets, help
     "redeliveries": ("redelivery_rate", "share of events re-sent"),
@@ -187,6 +188,68 @@ def jars(conf: LakehouseConf, args: argparse.Namespace) -> None:
     print(",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
 
 
+def sql(conf: LakehouseConf, args: argparse.Namespace) -> int:
+    """Run one SQL statement on the lakehouse's tables (by name) and print its result."""
+    from pyspark.errors import AnalysisException
+
+    from pipelines.streaming.spark import build_spark
+
+    spark = build_spark(conf, app_name="lakehouse-sql")
+    try:
+        frame = spark.sql(args.statement)
+        rows = frame.limit(args.limit + 1).collect() if frame.columns else []
+    except AnalysisException as e:  # a wrong name or statement: Spark's message, no trace
+        print(f"error: {e.getMessage() if hasattr(e, 'getMessage') else e}", file=sys.stderr)
+        return ExitCode.USAGE
+    more, rows = len(rows) > args.limit, rows[: args.limit]
+    if args.json:
+        print(json.dumps([r.asDict(recursive=True) for r in rows], default=str))
+    else:
+        print(format_table(frame.columns, [list(r) for r in rows]), end="")
+    if more:
+        print(f"(only the first {args.limit:,} rows: --limit)", file=sys.stderr)
+    return ExitCode.OK
+
+
+def format_table(columns: list[str], rows: list[list]) -> str:
+    """`columns` and `rows` as a text table, as Spark's `show` draws one (values not cut)."""
+    if not columns:
+        return ""
+    cells = [columns] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    rule = "+" + "+".join("-" * w for w in widths) + "+"
+    lines = [
+        "|" + "|".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) + "|" for row in cells
+    ]
+    return "\n".join([rule, lines[0], rule, *lines[1:], rule]) + "\n"
+
+
+def _cell(value: object) -> str:
+    """A value as Spark's `show` prints it."""
+    if value is None:
+        return "NULL"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def spark_sql(conf: LakehouseConf, args: argparse.Namespace) -> None:
+    """Replace this process with Spark's own `spark-sql` shell, set up like every job's session."""
+    from pipelines.local.cds import driver_java_options
+    from pipelines.local.jars import spark_jars
+    from pipelines.spark_conf import session_settings
+
+    settings = session_settings(conf)
+    # Spark's shell defaults to a Hive metastore in ./metastore_db, which one JVM at a time may
+    # open: the declared tables need none, and the jobs keep running next to the shell.
+    settings["spark.sql.catalogImplementation"] = "in-memory"
+    cmd = [str(Path(sys.executable).with_name("spark-sql")), "--master", conf.spark.master]
+    cmd += ["--driver-memory", settings.pop("spark.driver.memory")]
+    cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
+    cmd += ["--driver-java-options", driver_java_options()]
+    cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.execv(cmd[0], [*cmd, *args.args])
+
+
 def config(conf: LakehouseConf, args: argparse.Namespace) -> None:
     print(json.dumps(conf.as_dict(), indent=2))
 
@@ -264,13 +327,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)
     p.add_argument("--run-id", type=int)
     p.add_argument("--limit", type=int, default=10, help="newest runs to show")
+    p = command("sql", sql, "run a SQL statement on the tables by name, e.g. silver.orders")
+    p.add_argument("statement", help='e.g. "SELECT status, count(*) FROM silver.orders GROUP BY 1"')
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON array")
+    p.add_argument("--limit", type=int, default=1000, help="print at most this many rows")
+    command(
+        "spark-sql",
+        spark_sql,
+        "Spark's spark-sql shell with the tables by name; what follows is spark-sql's own "
+        "(e.g. -e 'SHOW TABLES IN silver')",
+    )
     command("jars", jars, "comma-separated jars for spark-submit --jars")
     command("config", config, "print the effective configuration (secrets hidden)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    passed = []  # spark-sql's own arguments, after the command
+    if "spark-sql" in argv and "--help" not in argv[argv.index("spark-sql") + 1 :][:1]:
+        at = argv.index("spark-sql") + 1
+        argv, passed = argv[:at], argv[at:]
     args = build_parser().parse_args(argv)
+    args.args = passed
     if args.log_level:  # Python's here; Spark's through the configuration, also in jobs started
         logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
         os.environ["LAKEHOUSE__SPARK__LOG_LEVEL"] = args.log_level

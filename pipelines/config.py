@@ -182,6 +182,23 @@ class StreamConf(_Section):
         """The module that declares `table`."""
         return self.modules.get(table) or table.replace("/", ".")
 
+    @property
+    def gaps_table(self) -> str:
+        """Bronze: the offset ranges Kafka deleted before they were read."""
+        return f"{self.bronze_table}_gaps"
+
+    @property
+    def high_water_table(self) -> str | None:
+        """Gold: the newest event time seen, from which lateness is measured."""
+        return self.late_events_table and f"{self.late_events_table}_high_water"
+
+    def tables(self) -> list[str]:
+        """Every table of the stream, in flow order."""
+        names = [self.bronze_table, self.gaps_table, self.events_table, self.state_table]
+        names += [self.quarantine_table, *self.gold_tables, self.late_events_table]
+        names += [self.high_water_table, *self.dimensions.values()]
+        return [n for n in names if n]
+
 
 class BronzeConf(_Section):
     """Bronze ingest: trigger, rate limit, and what to do when Kafka lost offsets to retention."""
@@ -243,6 +260,18 @@ class ClusterConf(_Section):
         return f"spark://{self.host}:{self.master_port}"
 
 
+class EventLogConf(_Section):
+    """Spark's event log of the layer jobs, for Spark's History Server (`lakehouse history`)."""
+
+    enabled: bool = True
+    dir: str | None = None  # default: <storage root>/_spark_events
+    max_file_size: Size = "32m"  # a job's log rolls over to a new file at this size (>= 10m)
+    max_files_to_retain: Count = 8  # per job: the History Server compacts older files
+    max_age_hours: Count = 168  # the History Server deletes the logs of jobs older than this
+    history_port: Port = 18080  # the History Server's UI and REST API
+    history_dir: str = ".lakehouse/history"  # its own log and pid file
+
+
 class ProgressTableConf(_Section):
     """The progress table: every streaming query's progress, appended to a Delta table."""
 
@@ -251,11 +280,16 @@ class ProgressTableConf(_Section):
     flush_interval_s: Positive = 10.0  # how often buffered progress rows are written
 
 
+CatalogName = Annotated[str, _matching(r"[a-z_]\w*[.][a-z_]\w*", "a name like 'silver.orders'")]
+
+
 class TablesConf(_Section):
-    """Names of the tables every job shares."""
+    """The tables every job shares, and the names tables are reached by (`<schema>.<table>`: a
+    table's path with `/` as `.`, unless `names` gives it another)."""
 
     quality_results: TableName = "quality/results"
     job_runs: TableName = "_jobs/runs"
+    names: dict[TableName, CatalogName] = {"_jobs/runs": "system.job_runs"}
 
 
 class ProducerConf(_Section):
@@ -284,6 +318,7 @@ class LakehouseConf(_Section):
     pipeline: PipelineConf = PipelineConf()
     quality: QualityConf = QualityConf()
     progress_table: ProgressTableConf = ProgressTableConf()
+    event_log: EventLogConf = EventLogConf()
     cluster: ClusterConf = ClusterConf()
     producer: ProducerConf = ProducerConf()
     tables: TablesConf = TablesConf()
@@ -314,9 +349,40 @@ class LakehouseConf(_Section):
         """Path of a table named like `bronze/orders_raw` (or `bronze.orders_raw`)."""
         return f"{self.root}/{_table_rel(table)}"
 
+    def catalog(self) -> dict[str, str]:
+        """Every declared table by its name in the session catalog (`silver.orders`) -> path."""
+        tables = [t for stream in self.streams.values() for t in stream.tables()]
+        tables += [self.tables.quality_results, self.progress_table.table, self.tables.job_runs]
+        named: dict[str, str] = {}
+        for table in tables:
+            rel = _table_rel(table)
+            name = self.tables.names.get(table) or self.tables.names.get(rel)
+            if name is None:
+                schema, _, rest = rel.partition("/")
+                name = f"{schema}.{rest.replace('/', '_')}".lower().lstrip("_")
+            if named.get(name, rel) != rel:
+                raise InvalidConfigError(
+                    f"tables {named[name]!r} and {table!r} in {self.source} are both named "
+                    f"{name!r}: give one another name under tables.names"
+                )
+            named[name] = rel
+        return {name: f"{self.root}/{rel}" for name, rel in named.items()}
+
     def checkpoint_path(self, table: str) -> str:
         """The one checkpoint of the sink that writes `table`."""
         return f"{self.root}/_checkpoints/{_table_rel(table)}"
+
+    @property
+    def event_log_dir(self) -> str:
+        """Where the layer jobs write Spark's event log: a local path or a URI."""
+        if (configured := self.event_log.dir) is not None:
+            is_uri = re.match(r"[A-Za-z][\w+.-]*:", configured) is not None
+            return configured.rstrip("/") if is_uri else str(_resolve(configured))
+        return f"{self.root}/_spark_events"
+
+    @property
+    def history_dir(self) -> Path:
+        return _resolve(self.event_log.history_dir)
 
     @property
     def log_dir(self) -> Path:

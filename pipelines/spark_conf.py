@@ -14,13 +14,18 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 # The project's Delta log store (pipelines/resources/java): each commit is created only if no one
 # created it, atomically in the store, so that any number of drivers may commit to one table.
 LOG_STORE_CLASS = "lakehouse.storage.ConditionalPutLogStore"
+# The project's session catalog (pipelines/resources/java): Delta's, with every declared table
+# reachable as <schema>.<table> at its path, from the settings under TABLE_PREFIX.
+CATALOG_CLASS = "lakehouse.catalog.LakehouseCatalog"
+TABLE_PREFIX = "spark.lakehouse.table."
 
 
 def session_settings(conf: LakehouseConf) -> dict[str, str]:
     """Every setting the lakehouse needs, as `spark-submit --conf` pairs."""
     return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalog.spark_catalog": CATALOG_CLASS,
+        **catalog_settings(conf),
         "spark.sql.shuffle.partitions": str(conf.spark.shuffle_partitions),
         # Frozen into each stateful query's checkpoint at its first start: chosen once, here.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -52,6 +57,41 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.sql.redaction.options.regex": f"(?i)url|{SECRET_PATTERN.removeprefix('(?i)')}",
         **storage_settings(conf),
         **conf.spark.extra,
+    }
+
+
+def catalog_settings(conf: LakehouseConf) -> dict[str, str]:
+    """Every declared table's name and path (`spark.lakehouse.table.silver.orders=<path>`).
+
+    Read by the catalog at each lookup: a session may repoint a name with `spark.conf.set`."""
+    return {f"{TABLE_PREFIX}{name}": path for name, path in conf.catalog().items()}
+
+
+def event_log_settings(conf: LakehouseConf) -> dict[str, str]:
+    """Spark's event log of a layer job: rolling, under the storage root ({} when disabled)."""
+    if not conf.event_log.enabled:
+        return {}
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": conf.event_log_dir,
+        "spark.eventLog.rolling.enabled": "true",
+        "spark.eventLog.rolling.maxFileSize": conf.event_log.max_file_size,
+    }
+
+
+def history_server_settings(conf: LakehouseConf) -> dict[str, str]:
+    """Spark's History Server on the layer jobs' event logs: compacted, and cleaned by age."""
+    return {
+        "spark.history.fs.logDirectory": conf.event_log_dir,
+        "spark.history.ui.port": str(conf.event_log.history_port),
+        "spark.history.fs.update.interval": "5s",
+        "spark.history.fs.eventLog.rolling.maxFilesToRetain": str(
+            conf.event_log.max_files_to_retain
+        ),
+        "spark.history.fs.cleaner.enabled": "true",
+        "spark.history.fs.cleaner.maxAge": f"{conf.event_log.max_age_hours}h",
+        "spark.redaction.regex": SECRET_PATTERN,
+        **storage_settings(conf),
     }
 
 

@@ -38,6 +38,8 @@ SCHEMA = (
     "event_time timestamp NOT NULL, event_date string NOT NULL"
 )
 PARTITIONED_BY = ("event_date",)
+# each row knows the commit that added it (`_metadata.row_commit_version`): freshness per event
+PROPERTIES = {"delta.enableRowTracking": "true"}
 KEY = "event_id"  # an event is stored once however often it is delivered
 EXPECTATIONS = (
     ("expect_column_values_to_not_be_null", {"column": "event_id"}),

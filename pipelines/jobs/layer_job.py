@@ -37,7 +37,7 @@ def run_layer_job(
         conf = load_config(args.env)
         if needs_kafka:
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
-        spark = build_spark(conf, app_name=f"lakehouse-{layer}-{args.stream}")
+        spark = build_spark(conf, app_name=f"lakehouse-{layer}-{args.stream}", job=True)
         run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
     return 0
 

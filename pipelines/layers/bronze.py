@@ -77,14 +77,14 @@ def declarations(stream: StreamConf) -> tuple[Table, Table]:
     """The raw table of a stream and the table of its retention gaps."""
     return (
         declared(bronze.raw_records, stream.bronze_table),
-        declared(bronze.raw_records, stream.bronze_table + "_gaps", prefix="GAPS_"),
+        declared(bronze.raw_records, stream.gaps_table, prefix="GAPS_"),
     )
 
 
 def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
     return BronzeTables(
         raw=conf.table_path(stream.bronze_table),
-        gaps=conf.table_path(stream.bronze_table + "_gaps"),
+        gaps=conf.table_path(stream.gaps_table),
         checkpoint=conf.checkpoint_path(stream.bronze_table),
         name=stream.bronze_table,
     )

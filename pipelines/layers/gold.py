@@ -66,7 +66,7 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
             f"stream {stream_name!r} in {conf.source} has no gold tables: set gold_tables and "
             "late_events_table"
         )
-    late, high_water = stream.late_events_table, f"{stream.late_events_table}_high_water"
+    late, high_water = stream.late_events_table, stream.high_water_table
     decl = {name: declared(stream.module(name), name) for name in stream.gold_tables}
     decl[late] = declared(stream.module(late), late)
     decl[high_water] = declared(gold.late_events, high_water, prefix="HIGH_WATER_")

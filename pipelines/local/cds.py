@@ -19,10 +19,10 @@ from pathlib import Path
 
 from pipelines.local.jars import (
     CHECKSUMS,
-    LOG_STORE_SOURCE,
     PYSPARK_JARS,
     home,
     java_executable,
+    java_sources_digest,
     spark_jars,
 )
 from pipelines.spark_conf import LOG4J2
@@ -40,7 +40,7 @@ def archive() -> Path:
     key = [str(java), release.read_text() if release.is_file() else "", str(PYSPARK_JARS)]
     key += [str(PYSPARK_JARS.stat().st_mtime_ns), WARM_UP.read_text()]
     # the jar set, as recorded (never by listing or resolving the jars: a driver starts here)
-    key += [CHECKSUMS.read_text(), LOG_STORE_SOURCE.read_text()]
+    key += [CHECKSUMS.read_text(), java_sources_digest()]
     digest = hashlib.sha256("\n".join(key).encode()).hexdigest()[:16]
     return home() / "cds" / f"spark-driver-{digest}.jsa"
 

@@ -65,7 +65,8 @@ DEFAULT_REPO = "https://repo1.maven.org/maven2/"
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 CHECKSUMS = RESOURCES / "jars.sha256"
 RECORD_COMMAND = "python -m pipelines.local.jars --record"
-LOG_STORE_SOURCE = RESOURCES / "java" / "lakehouse" / "storage" / "ConditionalPutLogStore.java"
+# The project's own JVM classes: the Delta log store and the session catalog.
+JAVA_SOURCES = sorted((RESOURCES / "java").rglob("*.java"))
 
 
 class JarResolutionError(UnreachableError):
@@ -212,7 +213,7 @@ def spark_jars(*, s3: bool = True, verify: bool = True) -> list[Path]:
     core = _resolve(SPARK_PACKAGES, home() / "jars" / SPARK_FOLDER, excludes, verify)
     jars = core + (s3a_jars(verify=verify) if s3 else [])
     shipped = {_artifact_name(j.name) for j in PYSPARK_JARS.glob("*.jar")}
-    return [j for j in jars if _artifact_name(j.name) not in shipped] + [log_store_jar(core)]
+    return [j for j in jars if _artifact_name(j.name) not in shipped] + [lakehouse_jar(core)]
 
 
 def s3a_jars(*, verify: bool = True) -> list[Path]:
@@ -224,11 +225,16 @@ def s3a_jars(*, verify: bool = True) -> list[Path]:
     return _resolve(s3a_packages(), target, excludes, verify)
 
 
-def log_store_jar(spark_jars: list[Path]) -> Path:
-    """The project's Delta log store (`ConditionalPutLogStore.java`), compiled once per source
-    against the Delta and Hadoop in use, and cached by the source's SHA-256."""
-    digest = _sha256(LOG_STORE_SOURCE)[:16]
-    name = f"lakehouse-logstore-{DELTA_VERSION}-{hadoop_version()}-{digest}.jar"
+def java_sources_digest() -> str:
+    """SHA-256 of the project's Java sources (their paths and contents)."""
+    text = "".join(f"{p.relative_to(RESOURCES)}\n{p.read_text()}" for p in JAVA_SOURCES)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lakehouse_jar(spark_jars: list[Path]) -> Path:
+    """The project's JVM classes (`pipelines/resources/java`: the Delta log store and the session
+    catalog), compiled once against the Spark, Delta and Hadoop in use, cached by their sources."""
+    name = f"lakehouse-{DELTA_VERSION}-{hadoop_version()}-{java_sources_digest()[:16]}.jar"
     jar = home() / "jars" / name
     with _locked(jar.parent):
         if jar.exists():
@@ -241,15 +247,14 @@ def log_store_jar(spark_jars: list[Path]) -> Path:
                 "javac was not found next to java or on PATH: the project compiles its Delta log "
                 "store once; install a JDK 17 (e.g. `apt-get install openjdk-17-jdk-headless`)"
             )
-        classpath = [str(j) for j in spark_jars if "delta-storage" in j.name]
-        classpath += [str(j) for j in PYSPARK_JARS.glob("hadoop-client-api-*.jar")]
-        classpath += [str(j) for j in PYSPARK_JARS.glob("slf4j-api-*.jar")]
+        classpath = [str(j) for j in spark_jars if "__delta-" in j.name]
+        classpath.append(str(PYSPARK_JARS / "*"))
         work = jar.parent / f".{jar.stem}.classes"
         shutil.rmtree(work, ignore_errors=True)
         cmd = [javac, "--release", "17", "-nowarn", "-d", str(work), "-cp", ":".join(classpath)]
-        proc = subprocess.run([*cmd, str(LOG_STORE_SOURCE)], capture_output=True, text=True)
+        proc = subprocess.run([*cmd, *map(str, JAVA_SOURCES)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise JarResolutionError(f"could not compile {LOG_STORE_SOURCE}:\n{proc.stderr}")
+            raise JarResolutionError(f"could not compile {RESOURCES / 'java'}:\n{proc.stderr}")
         partial = jar.with_suffix(".tmp")
         with zipfile.ZipFile(partial, "w") as archive:
             for cls in sorted(work.rglob("*.class")):

@@ -6,11 +6,13 @@ on its command line win over the ones set here.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -20,11 +22,18 @@ from pyspark.sql.types import StructType
 from pipelines.config import LakehouseConf
 from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
-from pipelines.spark_conf import session_settings
+from pipelines.spark_conf import event_log_settings, session_settings
 
 
-def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSession:
-    """Build (or join) the session for `conf`; only entry points call this."""
+def build_spark(
+    conf: LakehouseConf, app_name: str | None = None, *, job: bool = False
+) -> SparkSession:
+    """Build (or join) the session for `conf`; only entry points call this. A layer `job` also
+    writes Spark's event log (`event_log` in the configuration)."""
+    settings = session_settings(conf)
+    if job and (event_log := event_log_settings(conf)):
+        _ensure_folder(conf, conf.event_log_dir)  # Spark refuses to start without it
+        settings |= event_log
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name or conf.spark.app_name)
@@ -37,9 +46,31 @@ def build_spark(conf: LakehouseConf, app_name: str | None = None) -> SparkSessio
             .config("spark.jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
             .config("spark.driver.extraJavaOptions", driver_java_options())
         )
-    spark = builder.config(map=session_settings(conf)).getOrCreate()
+    spark = builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
+    # pyspark logs each SQL error with its JVM stack trace as it creates it, even one that the
+    # caller handles: the caller reports what it does not handle, once.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).disabled = True
     return spark
+
+
+def _ensure_folder(conf: LakehouseConf, where: str) -> None:
+    """Create the folder `where` (local, or s3a:// on the root's endpoint) if it is missing:
+    before the session exists, so not through Hadoop's file systems."""
+    if not where.startswith("s3a://"):
+        Path(where.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        return
+    from pyarrow.fs import S3FileSystem  # pylint: disable=no-name-in-module
+
+    s3, options = conf.storage.s3, {}
+    if s3.endpoint:
+        scheme, _, host = s3.endpoint.partition("://")
+        options = {"endpoint_override": host.rstrip("/"), "scheme": scheme}
+    fs = S3FileSystem(
+        region=s3.region, force_virtual_addressing=not s3.path_style_access, **options
+    )
+    fs.create_dir(where.removeprefix("s3a://"))  # a folder marker, as S3A makes one
 
 
 def local_frame(spark: SparkSession, rows: list, schema: str) -> DataFrame:

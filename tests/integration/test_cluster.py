@@ -13,7 +13,7 @@ from pipelines.config import REPO_ROOT
 from pipelines.layers.bronze import run_bronze
 from pipelines.layers.gold import run_gold, seed_dimensions
 from pipelines.layers.silver import run_silver
-from pipelines.local import cluster
+from pipelines.local import cluster, history
 from pipelines.orchestration.runner import JobRunner
 from pipelines.orchestration.runs import read_runs
 from pipelines.orchestration.spec import load_job_spec
@@ -44,6 +44,8 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
             "cluster.master_webui_port": _free_port(),
             "cluster.dir": str(tmp_path / "cluster"),
             "cluster.worker_memory": "1g",
+            "event_log.history_port": _free_port(),
+            "event_log.history_dir": str(tmp_path / "logs" / "history"),
         }
     )
     before = set(tmp_path.rglob("*"))
@@ -102,6 +104,21 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         assert (stored / "_checkpoints" / layer / "commits").is_dir(), layer
     docs = stored / "_quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     assert docs.is_file()
+    # the layer jobs' event logs (rolling, one folder per application), read there by Spark's own
+    # History Server
+    logs = sorted(p.name for p in (stored / "_spark_events").iterdir())
+    assert [name.split("_", 2)[:2] for name in logs] == [["eventlog", "v2"]] * 3, logs
+    history.start(conf, quiet=True)
+    try:
+        listed = history.applications(conf)
+    finally:
+        history.stop(conf, quiet=True)
+    assert sorted((a["name"], a["attempts"][0]["completed"]) for a in listed) == [
+        ("lakehouse-bronze-orders", True),
+        ("lakehouse-gold-orders", True),
+        ("lakehouse-silver-orders", True),
+    ]
+    assert sorted(f"eventlog_v2_{a['id']}" for a in listed) == logs
     # and nothing was written on this machine but logs: the tasks', the cluster's (its daemons'
     # and its executors' stdout and stderr, beside the application's jars each executor fetched)
     new = {p for p in tmp_path.rglob("*") if p.is_file()} - before

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -51,6 +53,28 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables_on_s3(spark, s3_lake, 
     quarantined = (
         spark.read.format("delta").load(lake.table_path("silver/orders_quarantine")).count()
     )
+    # by name, from the CLI and from Spark's own spark-sql shell
+    sql = helpers.run_module(
+        "pipelines.cli", env, "sql", "--json", "SELECT count(*) AS n FROM bronze.orders_raw"
+    )
+    assert sql.returncode == 0, sql.stderr[-3000:]
+    assert json.loads(sql.stdout) == [{"n": bronze_rows}]
+    shell = helpers.run_module(
+        "pipelines.cli",
+        env,
+        "spark-sql",
+        "-S",
+        "-e",
+        "SHOW TABLES IN gold; SELECT count(*) FROM silver.orders_quarantine",
+    )
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    assert shell.stdout.split() == [
+        "late_events",
+        "late_events_high_water",
+        "orders_by_country_5m",
+        "revenue_by_category_1m",
+        str(quarantined),
+    ], shell.stdout
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -61,7 +85,23 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables_on_s3(spark, s3_lake, 
     ).execute()
 
     text = _outputs(nb)
-    assert f"bronze/orders_raw              {bronze_rows:>10,} rows, version 2" in text, text[:3000]
+    assert f"{'bronze.orders_raw':<30} {bronze_rows:>10,} rows, version 2" in text, text[:3000]
+    listed = re.findall(r"^([a-z_]+[.][a-z_0-9]+) +[0-9,]+ rows, version", text, re.MULTILINE)
+    assert listed == [
+        "bronze.orders_raw",
+        "bronze.orders_raw_gaps",
+        "silver.order_events",
+        "silver.orders",
+        "silver.orders_quarantine",
+        "dimensions.customers",
+        "dimensions.products",
+        "gold.late_events",
+        "gold.late_events_high_water",
+        "gold.orders_by_country_5m",
+        "gold.revenue_by_category_1m",
+        "quality.results",
+        "system.query_progress",  # no system.job_runs: no job ran
+    ], text[:3000]
     assert f"{quarantined:,} records in quarantine" in text
     assert f"bronze_orders_raw: 2 batches with data, {bronze_rows:,} rows" in text, text[-3000:]
     assert "Kafka -> bronze: p50" in text and "Kafka -> silver: p50" in text, text[-3000:]

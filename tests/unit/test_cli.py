@@ -152,3 +152,22 @@ def test_a_job_and_its_runner_share_one_environment():
         {"env": "local-secured"},
     )
     assert cli.job_environment(conf, {"day": "x"}, {"day": "y"}) == (conf, {"day": "y"})
+
+
+def test_sql_results_print_as_spark_prints_a_table():
+    text = cli.format_table(["status", "n", "ok"], [["paid", 12, True], [None, 3, False]])
+    assert text.splitlines() == [
+        "+------+--+-----+",
+        "|status| n|   ok|",
+        "+------+--+-----+",
+        "|  paid|12| true|",
+        "|  NULL| 3|false|",
+        "+------+--+-----+",
+    ]
+
+
+def test_what_follows_spark_sql_is_spark_sqls_own(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "spark_sql", lambda conf, args: seen.update(vars(args)))
+    assert cli.main(["--env", "local", "spark-sql", "-e", "SHOW TABLES", "--help"]) == 0
+    assert (seen["env"], seen["args"]) == ("local", ["-e", "SHOW TABLES", "--help"])

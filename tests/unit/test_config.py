@@ -278,3 +278,39 @@ def test_a_storage_root_the_project_cannot_use_is_refused_naming_the_key(tmp_pat
         str(REPO_ROOT / "data" / "x:y"),
         REPO_ROOT / "data" / "x:y" / "_jobs" / "logs",
     )
+
+
+def test_every_declared_table_has_a_schema_and_name_and_the_names_follow_the_root(tmp_path):
+    conf = load_config("local").updated({"storage.root": str(tmp_path)})
+    names = conf.catalog()
+    assert names == {
+        "bronze.orders_raw": f"{tmp_path}/bronze/orders_raw",
+        "bronze.orders_raw_gaps": f"{tmp_path}/bronze/orders_raw_gaps",
+        "silver.order_events": f"{tmp_path}/silver/order_events",
+        "silver.orders": f"{tmp_path}/silver/orders",
+        "silver.orders_quarantine": f"{tmp_path}/silver/orders_quarantine",
+        "gold.revenue_by_category_1m": f"{tmp_path}/gold/revenue_by_category_1m",
+        "gold.orders_by_country_5m": f"{tmp_path}/gold/orders_by_country_5m",
+        "gold.late_events": f"{tmp_path}/gold/late_events",
+        "gold.late_events_high_water": f"{tmp_path}/gold/late_events_high_water",
+        "dimensions.products": f"{tmp_path}/dimensions/products",
+        "dimensions.customers": f"{tmp_path}/dimensions/customers",
+        "quality.results": f"{tmp_path}/quality/results",
+        "system.query_progress": f"{tmp_path}/system/query_progress",
+        "system.job_runs": f"{tmp_path}/_jobs/runs",  # tables.names
+    }
+    settings = session_settings(conf)
+    assert settings["spark.sql.catalog.spark_catalog"] == "lakehouse.catalog.LakehouseCatalog"
+    declared = {k: v for k, v in settings.items() if k.startswith("spark.lakehouse.table.")}
+    assert declared == {f"spark.lakehouse.table.{n}": p for n, p in names.items()}
+
+
+def test_a_table_name_can_be_chosen_and_two_tables_may_not_share_one(tmp_path):
+    conf = load_config("local").updated({"tables.names": {"silver/orders": "silver.order_state"}})
+    assert conf.catalog()["silver.order_state"].endswith("/silver/orders")
+    assert "silver.orders" not in conf.catalog()
+    clash = conf.updated({"tables.names": {"silver/orders": "silver.order_events"}})
+    with pytest.raises(InvalidConfigError, match="'silver/order_events' and 'silver/orders'"):
+        clash.catalog()
+    with pytest.raises(InvalidConfigError, match="tables.names.silver/orders"):
+        conf.updated({"tables.names": {"silver/orders": "no schema"}})

@@ -1,0 +1,123 @@
+"""Spark's History Server on the layer jobs' event logs, from pyspark's own jars.
+
+`lakehouse history start | stop | status`: Spark's own UI for every layer job, finished or
+running (`event_log` in the configuration), at http://127.0.0.1:18080 by default, with its REST
+API under /api/v1. It compacts a job's older rolled log files and deletes the logs of jobs older
+than `event_log.max_age_hours`. pip's pyspark ships no start script: the class runs directly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import DEVNULL, STDOUT, Popen
+
+import pyspark
+
+from pipelines.config import LakehouseConf
+from pipelines.errors import JobFailedError
+from pipelines.local.jars import java_executable, s3a_jars
+from pipelines.local.processes import pid_of, port_in_use, tail, terminate
+from pipelines.local.tls import write_private
+from pipelines.spark_conf import LOG4J2, history_server_settings
+
+MAIN = "org.apache.spark.deploy.history.HistoryServer"
+START_TIMEOUT_S = 60
+
+
+class HistoryServerError(JobFailedError):
+    """The History Server cannot start; the message says why, with its log's last lines."""
+
+
+@dataclass(frozen=True)
+class HistoryStatus:
+    running: bool
+    pid: int | None
+    url: str
+    detail: str
+
+
+def url(conf: LakehouseConf) -> str:
+    return f"http://127.0.0.1:{conf.event_log.history_port}"
+
+
+def _paths(conf: LakehouseConf) -> dict[str, Path]:
+    d = conf.history_dir / conf.env
+    return {"dir": d, "pid": d / "history.pid", "props": d / "history.conf", "out": d / "out.log"}
+
+
+def applications(conf: LakehouseConf) -> list[dict] | None:
+    """The applications the server lists (REST API), newest first; None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{url(conf)}/api/v1/applications", timeout=5) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def status(conf: LakehouseConf) -> HistoryStatus:
+    p = _paths(conf)
+    pid, where = pid_of(p["pid"], MAIN, str(p["props"])), url(conf)
+    if pid is None:
+        port = conf.event_log.history_port
+        busy = port_in_use("127.0.0.1", port)
+        return HistoryStatus(False, None, where, f"port {port} is used" if busy else "not running")
+    if (apps := applications(conf)) is None:
+        return HistoryStatus(False, pid, where, f"process {pid} is up but not answering at {where}")
+    detail = f"running (pid {pid}) at {where}, {len(apps)} application(s) in {conf.event_log_dir}"
+    return HistoryStatus(True, pid, where, detail)
+
+
+def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
+    """Start the server unless it runs, and wait until it answers."""
+    say = (lambda *_: None) if quiet else print
+    p = _paths(conf)
+    p["dir"].mkdir(parents=True, exist_ok=True)
+    settings = history_server_settings(conf)
+    write_private(p["props"], "".join(f"{k}={v}\n" for k, v in settings.items()))
+    current = status(conf)
+    if current.running:
+        say(f"history: already {current.detail}")
+        return current
+    if current.pid is None and port_in_use("127.0.0.1", conf.event_log.history_port):
+        raise HistoryServerError(f"cannot start the History Server at {current.url}: port in use")
+    classpath = [f"{Path(pyspark.__file__).parent}/jars/*"]
+    if conf.event_log_dir.startswith("s3a://"):
+        classpath += [str(j) for j in s3a_jars()]
+    cmd = [java_executable(), "-Xmx512m", f"-Dlog4j2.configurationFile=file:{LOG4J2}"]
+    cmd += ["-cp", ":".join(classpath), MAIN, "--properties-file", str(p["props"])]
+    say(f"history: starting Spark's History Server at {current.url} on {conf.event_log_dir}")
+    with open(p["out"], "ab") as out:
+        proc = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True)
+    p["pid"].write_text(str(proc.pid))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HistoryServerError(
+                f"the History Server exited during start-up (code {proc.returncode}); "
+                f"last lines of {p['out']}:\n{tail(p['out'])}"
+            )
+        if applications(conf) is not None:
+            st = status(conf)
+            say(f"history: {st.detail}")
+            return st
+        time.sleep(0.3)
+    terminate(proc.pid, group=False, grace_s=5)
+    raise HistoryServerError(
+        f"the History Server did not answer at {current.url} within {START_TIMEOUT_S}s; "
+        f"last lines of {p['out']}:\n{tail(p['out'])}"
+    )
+
+
+def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
+    say = (lambda *_: None) if quiet else print
+    p = _paths(conf)
+    if (pid := pid_of(p["pid"], MAIN, str(p["props"]))) is None:
+        say("history: not running")
+        return
+    terminate(pid, group=False, grace_s=15)
+    p["pid"].unlink(missing_ok=True)
+    say(f"history: stopped (pid {pid})")
