@@ -32,6 +32,7 @@ SERVICES = {  # command: module, help
     ),
     "cluster": ("pipelines.local.cluster", "a Spark standalone cluster (master + workers) here"),
     "storage": ("pipelines.local.s3", "a local S3 endpoint (S3Proxy) for an s3a:// storage root"),
+    "metastore": ("pipelines.local.metastore", "a Hive metastore for catalog.metastore: hive"),
     "history": ("pipelines.local.history", "Spark's History Server on the layer jobs' event logs"),
 }
 TWISTS = {  # --option: the StreamOptions rate it sets, help
@@ -237,10 +238,9 @@ def spark_sql(conf: LakehouseConf, args: argparse.Namespace) -> None:
     from pipelines.local.jars import spark_jars
     from pipelines.spark_conf import session_settings
 
+    # the session's catalog settings also keep Spark's shell off its default Hive metastore in
+    # ./metastore_db, which one JVM at a time may open
     settings = session_settings(conf)
-    # Spark's shell defaults to a Hive metastore in ./metastore_db, which one JVM at a time may
-    # open: the declared tables need none, and the jobs keep running next to the shell.
-    settings["spark.sql.catalogImplementation"] = "in-memory"
     cmd = [str(Path(sys.executable).with_name("spark-sql")), "--master", conf.spark.master]
     cmd += ["--driver-memory", settings.pop("spark.driver.memory")]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]

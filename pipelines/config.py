@@ -118,6 +118,30 @@ class LocalStorageConf(_Section):
     start_timeout_s: Count = 60
 
 
+_THRIFT = r"thrift://[\w.-]+:\d+(,thrift://[\w.-]+:\d+)*"
+
+
+class CatalogConf(_Section):
+    """Where the names the lakehouse does not declare live (declared tables resolve by name
+    either way). `in-memory`: each session's own, nothing to run; `hive`: a Hive metastore at
+    `hive_metastore_uri` shared by every session, e.g. `lakehouse metastore start`'s."""
+
+    metastore: Literal["in-memory", "hive"] = "in-memory"
+    hive_metastore_uri: Annotated[str, _matching(_THRIFT, "thrift://host:port")] | None = None
+    warehouse_dir: str | None = None  # tables created without a location; <root>/_warehouse
+
+
+class LocalMetastoreConf(_Section):
+    """The Hive metastore of `lakehouse metastore start`: Hive's thrift service from pyspark's
+    jars, its database in embedded Derby under `data_dir` (one process opens it: the service)."""
+
+    host: str = "127.0.0.1"
+    port: Port = 9083
+    data_dir: str = ".lakehouse/metastore/local"
+    heap: Size = "512m"
+    start_timeout_s: Count = 60
+
+
 class KafkaConf(_Section):
     """How to reach Kafka. The SASL password comes only from LAKEHOUSE_KAFKA_SASL_PASSWORD."""
 
@@ -311,6 +335,8 @@ class LakehouseConf(_Section):
     kafka: KafkaConf = KafkaConf()
     local_broker: LocalBrokerConf = LocalBrokerConf()
     local_storage: LocalStorageConf = LocalStorageConf()
+    catalog: CatalogConf = CatalogConf()
+    local_metastore: LocalMetastoreConf = LocalMetastoreConf()
     spark: SparkConf = SparkConf()
     bronze: BronzeConf = BronzeConf()
     silver: SilverConf = SilverConf()
@@ -349,7 +375,7 @@ class LakehouseConf(_Section):
         """Path of a table named like `bronze/orders_raw` (or `bronze.orders_raw`)."""
         return f"{self.root}/{_table_rel(table)}"
 
-    def catalog(self) -> dict[str, str]:
+    def table_names(self) -> dict[str, str]:
         """Every declared table by its name in the session catalog (`silver.orders`) -> path."""
         tables = [t for stream in self.streams.values() for t in stream.tables()]
         tables += [self.tables.quality_results, self.progress_table.table, self.tables.job_runs]
@@ -375,10 +401,16 @@ class LakehouseConf(_Section):
     @property
     def event_log_dir(self) -> str:
         """Where the layer jobs write Spark's event log: a local path or a URI."""
-        if (configured := self.event_log.dir) is not None:
-            is_uri = re.match(r"[A-Za-z][\w+.-]*:", configured) is not None
-            return configured.rstrip("/") if is_uri else str(_resolve(configured))
-        return f"{self.root}/_spark_events"
+        return _folder(self.event_log.dir, f"{self.root}/_spark_events")
+
+    @property
+    def warehouse_dir(self) -> str:
+        """Where a table created by name without a location goes."""
+        return _folder(self.catalog.warehouse_dir, f"{self.root}/_warehouse")
+
+    @property
+    def metastore_data_dir(self) -> Path:
+        return _resolve(self.local_metastore.data_dir)
 
     @property
     def history_dir(self) -> Path:
@@ -443,6 +475,15 @@ def _table_rel(table: str) -> str:
             f"bad table name {table!r}: use layer/name, e.g. bronze/orders_raw"
         )
     return "/".join(re.split(r"[./]", table))
+
+
+def _folder(configured: str | None, default: str) -> str:
+    """A configured folder: a URI as given, a local path resolved; `default` when unset."""
+    if configured is None:
+        return default
+    if re.match(r"[A-Za-z][\w+.-]*:", configured):
+        return configured.rstrip("/")
+    return str(_resolve(configured))
 
 
 def _resolve(path: str) -> Path:

@@ -5,9 +5,11 @@ Used by `pipelines.streaming.spark` to build a session and by the job runner for
 
 from __future__ import annotations
 
+import getpass
+import tempfile
 from pathlib import Path
 
-from pipelines.config import SECRET_PATTERN, LakehouseConf
+from pipelines.config import SECRET_PATTERN, InvalidConfigError, LakehouseConf
 
 LOG4J2 = Path(__file__).parent / "resources" / "log4j2.properties"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -61,10 +63,28 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
 
 
 def catalog_settings(conf: LakehouseConf) -> dict[str, str]:
-    """Every declared table's name and path (`spark.lakehouse.table.silver.orders=<path>`).
-
-    Read by the catalog at each lookup: a session may repoint a name with `spark.conf.set`."""
-    return {f"{TABLE_PREFIX}{name}": path for name, path in conf.catalog().items()}
+    """Every declared table's name and path (`spark.lakehouse.table.silver.orders=<path>`), read
+    by the catalog at each lookup (a session may repoint a name with `spark.conf.set`), and the
+    metastore behind it for every other name."""
+    c = conf.catalog
+    settings = {
+        "spark.sql.catalogImplementation": c.metastore,
+        "spark.sql.warehouse.dir": conf.warehouse_dir,
+    }
+    if c.metastore == "hive":
+        if not c.hive_metastore_uri:
+            raise InvalidConfigError(
+                f"catalog.metastore is hive in {conf.source} but catalog.hive_metastore_uri is "
+                "not set: give the metastore's thrift://host:port (`lakehouse metastore start` "
+                "starts one on this machine)"
+            )
+        settings["spark.hadoop.hive.metastore.uris"] = c.hive_metastore_uri
+        # the Hive client's own scratch folders: not a new /tmp/<uuid>_resources per session
+        scratch = f"{tempfile.gettempdir()}/lakehouse-hive-{getpass.getuser()}"
+        settings["spark.hadoop.hive.downloaded.resources.dir"] = f"{scratch}/resources"
+        settings["spark.hadoop.hive.exec.local.scratchdir"] = f"{scratch}/scratch"
+    tables = {f"{TABLE_PREFIX}{name}": path for name, path in conf.table_names().items()}
+    return settings | tables
 
 
 def event_log_settings(conf: LakehouseConf) -> dict[str, str]:

@@ -9,18 +9,16 @@ than `event_log.max_age_hours`. pip's pyspark ships no start script: the class r
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT, Popen
 
 import pyspark
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable, s3a_jars
-from pipelines.local.processes import pid_of, port_in_use, tail, terminate
+from pipelines.local.processes import pid_of, port_in_use, start_service, terminate
 from pipelines.local.tls import write_private
 from pipelines.spark_conf import LOG4J2, history_server_settings
 
@@ -90,26 +88,18 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
     cmd = [java_executable(), "-Xmx512m", f"-Dlog4j2.configurationFile=file:{LOG4J2}"]
     cmd += ["-cp", ":".join(classpath), MAIN, "--properties-file", str(p["props"])]
     say(f"history: starting Spark's History Server at {current.url} on {conf.event_log_dir}")
-    with open(p["out"], "ab") as out:
-        proc = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True)
-    p["pid"].write_text(str(proc.pid))
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise HistoryServerError(
-                f"the History Server exited during start-up (code {proc.returncode}); "
-                f"last lines of {p['out']}:\n{tail(p['out'])}"
-            )
-        if applications(conf) is not None:
-            st = status(conf)
-            say(f"history: {st.detail}")
-            return st
-        time.sleep(0.3)
-    terminate(proc.pid, group=False, grace_s=5)
-    raise HistoryServerError(
-        f"the History Server did not answer at {current.url} within {START_TIMEOUT_S}s; "
-        f"last lines of {p['out']}:\n{tail(p['out'])}"
+    start_service(
+        cmd,
+        what=f"the History Server at {current.url}",
+        log=p["out"],
+        pid_file=p["pid"],
+        ready=lambda: applications(conf) is not None,
+        timeout_s=START_TIMEOUT_S,
+        error=HistoryServerError,
     )
+    st = status(conf)
+    say(f"history: {st.detail}")
+    return st
 
 
 def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:

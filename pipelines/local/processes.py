@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from subprocess import DEVNULL, STDOUT, Popen
 
 try:  # resolved before any fork: a child then only calls it
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
@@ -109,3 +110,33 @@ def terminate(
             # a dying JVM's main thread is a zombie before its other threads are gone: wait for them
             return _reap(pid, block=True)
     return None
+
+
+def start_service(
+    cmd: list[str],
+    *,
+    what: str,
+    log: Path,
+    pid_file: Path,
+    ready: Callable[[], bool],
+    timeout_s: float,
+    error: type[Exception],
+) -> None:
+    """Start a service that outlives this command (its own session, output to `log`, pid to
+    `pid_file`) and return once `ready()`; else stop it and raise `error` naming `what`, with
+    the last lines of its log."""
+    with open(log, "ab") as out:
+        proc = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise error(
+                f"{what} exited during start-up (code {proc.returncode}); "
+                f"last lines of {log}:\n{tail(log)}"
+            )
+        if ready():
+            return
+        time.sleep(0.2)
+    terminate(proc.pid, group=False, grace_s=5)
+    raise error(f"{what} was not ready within {timeout_s:g}s; last lines of {log}:\n{tail(log)}")

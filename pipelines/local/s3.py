@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT, Popen
 
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.local.jars import RESOURCES, java_executable, s3proxy_jars
-from pipelines.local.processes import pid_of, port_in_use, tail, terminate
+from pipelines.local.processes import pid_of, port_in_use, start_service, terminate
 from pipelines.local.tls import write_private
 
 KEY_ENV, SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
@@ -138,26 +136,18 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> StorageStatus:
     cmd = [java_executable(), *heap, "-cp", f"{s3proxy_jars(s.version)}/*", MAIN]
     cmd += ["--properties", str(p["props"])]
     say(f"storage: starting S3Proxy {s.version} at {current.endpoint}, objects in {p['objects']}")
-    with open(p["out"], "ab") as out:
-        proc = Popen(cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True)
-    p["pid"].write_text(str(proc.pid))
-    deadline = time.monotonic() + s.start_timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LocalStorageError(
-                f"S3Proxy at {current.endpoint} exited during start-up (code {proc.returncode}); "
-                f"last lines of {p['out']}:\n{tail(p['out'])}"
-            )
-        if _answers(conf):
-            st = status(conf)
-            say(f"storage: {st.detail}")
-            return st
-        time.sleep(0.2)
-    terminate(proc.pid, group=False, grace_s=5)
-    raise LocalStorageError(
-        f"S3Proxy did not answer at {current.endpoint} within {s.start_timeout_s}s; "
-        f"last lines of {p['out']}:\n{tail(p['out'])}"
+    start_service(
+        cmd,
+        what=f"S3Proxy at {current.endpoint}",
+        log=p["out"],
+        pid_file=p["pid"],
+        ready=lambda: _answers(conf),
+        timeout_s=s.start_timeout_s,
+        error=LocalStorageError,
     )
+    st = status(conf)
+    say(f"storage: {st.detail}")
+    return st
 
 
 def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:

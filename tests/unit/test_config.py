@@ -282,7 +282,7 @@ def test_a_storage_root_the_project_cannot_use_is_refused_naming_the_key(tmp_pat
 
 def test_every_declared_table_has_a_schema_and_name_and_the_names_follow_the_root(tmp_path):
     conf = load_config("local").updated({"storage.root": str(tmp_path)})
-    names = conf.catalog()
+    names = conf.table_names()
     assert names == {
         "bronze.orders_raw": f"{tmp_path}/bronze/orders_raw",
         "bronze.orders_raw_gaps": f"{tmp_path}/bronze/orders_raw_gaps",
@@ -307,10 +307,23 @@ def test_every_declared_table_has_a_schema_and_name_and_the_names_follow_the_roo
 
 def test_a_table_name_can_be_chosen_and_two_tables_may_not_share_one(tmp_path):
     conf = load_config("local").updated({"tables.names": {"silver/orders": "silver.order_state"}})
-    assert conf.catalog()["silver.order_state"].endswith("/silver/orders")
-    assert "silver.orders" not in conf.catalog()
+    assert conf.table_names()["silver.order_state"].endswith("/silver/orders")
+    assert "silver.orders" not in conf.table_names()
     clash = conf.updated({"tables.names": {"silver/orders": "silver.order_events"}})
     with pytest.raises(InvalidConfigError, match="'silver/order_events' and 'silver/orders'"):
-        clash.catalog()
+        clash.table_names()
     with pytest.raises(InvalidConfigError, match="tables.names.silver/orders"):
         conf.updated({"tables.names": {"silver/orders": "no schema"}})
+
+
+def test_a_hive_metastore_needs_its_uri_and_sets_the_session_catalog_behind_the_names():
+    hive = load_config("local").updated({"catalog.metastore": "hive"})
+    with pytest.raises(InvalidConfigError, match="catalog.hive_metastore_uri is not set"):
+        session_settings(hive)
+    settings = session_settings(hive.updated({"catalog.hive_metastore_uri": "thrift://m:9083"}))
+    assert settings["spark.sql.catalogImplementation"] == "hive"
+    assert settings["spark.hadoop.hive.metastore.uris"] == "thrift://m:9083"
+    assert settings["spark.sql.warehouse.dir"] == f"{hive.root}/_warehouse"
+    assert session_settings(load_config("local"))["spark.sql.catalogImplementation"] == "in-memory"
+    with pytest.raises(InvalidConfigError, match="catalog.hive_metastore_uri"):
+        hive.updated({"catalog.hive_metastore_uri": "http://m:9083"})
