@@ -13,13 +13,13 @@ import argparse
 import functools
 import importlib
 import json
-import logging
 import os
 import sys
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
+from pipelines import logs
 from pipelines.config import LakehouseConf, load_config
 from pipelines.errors import ExitCode, exit_on_known_errors
 
@@ -244,7 +244,7 @@ def spark_sql(conf: LakehouseConf, args: argparse.Namespace) -> None:
     cmd = [str(Path(sys.executable).with_name("spark-sql")), "--master", conf.spark.master]
     cmd += ["--driver-memory", settings.pop("spark.driver.memory")]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
-    cmd += ["--driver-java-options", driver_java_options()]
+    cmd += ["--driver-java-options", driver_java_options(json_logs=conf.log.format == "json")]
     cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.execv(cmd[0], [*cmd, *args.args])
@@ -350,11 +350,13 @@ def main(argv: list[str] | None = None) -> int:
         argv, passed = argv[:at], argv[at:]
     args = build_parser().parse_args(argv)
     args.args = passed
-    if args.log_level:  # Python's here; Spark's through the configuration, also in jobs started
-        logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    if args.log_level:  # through the configuration: also in the jobs this command starts
         os.environ["LAKEHOUSE__SPARK__LOG_LEVEL"] = args.log_level
+        os.environ["LAKEHOUSE__LOG__LEVEL"] = args.log_level
     with exit_on_known_errors():
-        return args.func(load_config(args.env), args) or ExitCode.OK
+        conf = load_config(args.env)
+        logs.configure(conf)
+        return args.func(conf, args) or ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -184,6 +184,13 @@ class SparkConf(_Section):
     extra: dict[str, str] = {}
 
 
+class LogConf(_Section):
+    """The project's own log lines (Spark's level is `spark.log_level`; `--log-level` sets both)."""
+
+    level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "INFO"
+    format: Literal["text", "json"] = "text"  # json: one object per line, the JVM's lines too
+
+
 class StreamConf(_Section):
     """One Kafka topic and the tables it flows through; each table is declared by the module
     named after it (`silver/orders` -> `silver.orders`) unless `modules` names another."""
@@ -338,6 +345,7 @@ class LakehouseConf(_Section):
     catalog: CatalogConf = CatalogConf()
     local_metastore: LocalMetastoreConf = LocalMetastoreConf()
     spark: SparkConf = SparkConf()
+    log: LogConf = LogConf()
     bronze: BronzeConf = BronzeConf()
     silver: SilverConf = SilverConf()
     gold: GoldConf = GoldConf()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
 
@@ -56,14 +56,23 @@ class QualityError(LakehouseError):
     exit_code = ExitCode.QUALITY
 
 
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+# How a process reports the error it ends with: one line on stderr; `pipelines.logs` makes it a
+# JSON log line when the logs are JSON.
+report: Callable[[str], None] = _to_stderr
+
+
 @contextmanager
 def exit_on_known_errors() -> Iterator[None]:
     """Turn a LakehouseError into `error: <message>` on stderr and its exit code, no traceback."""
     try:
         yield
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        report("interrupted")
         sys.exit(ExitCode.INTERRUPTED)
     except LakehouseError as e:
-        print(f"error: {e}", file=sys.stderr)
+        report(f"error: {e}")
         sys.exit(e.exit_code)

@@ -12,6 +12,7 @@ from pathlib import Path
 from pipelines.config import SECRET_PATTERN, InvalidConfigError, LakehouseConf
 
 LOG4J2 = Path(__file__).parent / "resources" / "log4j2.properties"
+LOG4J2_JSON = LOG4J2.with_name("log4j2-layout.json")  # the JVM's lines in log.format: json
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # The project's Delta log store (pipelines/resources/java): each commit is created only if no one
 # created it, atomically in the store, so that any number of drivers may commit to one table.
@@ -28,6 +29,8 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": CATALOG_CLASS,
         **catalog_settings(conf),
+        # with JSON logs, Spark puts the ids of what a line is about (query, batch) in its context
+        "spark.log.structuredLogging.enabled": str(conf.log.format == "json").lower(),
         "spark.sql.shuffle.partitions": str(conf.spark.shuffle_partitions),
         # Frozen into each stateful query's checkpoint at its first start: chosen once, here.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,

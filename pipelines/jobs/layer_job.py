@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 
+from pipelines import logs
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.kafka import check_reachable
@@ -35,6 +35,7 @@ def run_layer_job(
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
+        logs.configure(conf)
         if needs_kafka:
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
         spark = build_spark(conf, app_name=f"lakehouse-{layer}-{args.stream}", job=True)
@@ -55,7 +56,7 @@ def stop_with_runner() -> None:
     def watch() -> None:
         while process_start(int(pid)) == started:
             time.sleep(1)
-        print(f"the job runner (pid {pid}) is gone: stopping", file=sys.stderr, flush=True)
+        logs.get("job").warning("the job runner (pid %s) is gone: stopping", pid)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)
         os.killpg(os.getpgid(0), signal.SIGKILL)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines import logs
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.jobs.layer_job import stop_with_runner
@@ -28,9 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
+        logs.configure(conf)
         spark = build_spark(conf, app_name="lakehouse-quality")
+        log = logs.get("quality")
         for o in run_quality(spark, conf, args.tables or None):
-            print(f"quality: {o.suite:<30} {'passed' if o.success else 'FAILED (warn)'}")
+            if o.success:
+                log.info("%-30s passed", o.suite)
+            else:
+                log.warning("%-30s FAILED (policy warn)", o.suite)
     return 0
 
 

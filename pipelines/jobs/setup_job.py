@@ -12,6 +12,7 @@ import sys
 
 from delta.tables import DeltaTable
 
+from pipelines import logs
 from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.jobs.layer_job import parse_args, stop_with_runner
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
+        logs.configure(conf)
+        log = logs.get("setup")
         stream = conf.stream(args.stream)
         if ensure_topic(
             conf,
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.replication_factor,
             stream.min_insync_replicas,
         ):
-            print(f"setup: created topic {stream.topic} ({stream.partitions} partitions)")
+            log.info("created topic %s (%d partitions)", stream.topic, stream.partitions)
         spark = build_spark(conf, app_name="lakehouse-setup")
         ensure_bronze_tables(spark, conf, stream)
         ensure_silver_tables(spark, conf, silver_tables(conf, stream))
@@ -45,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
             tables = gold_tables(conf, args.stream)
             if not all(DeltaTable.isDeltaTable(spark, p) for p in tables.dimensions.values()):
                 counts = seed_dimensions(spark, conf, args.stream)
-                print("setup: seeded " + ", ".join(f"{k} ({v:,} rows)" for k, v in counts.items()))
+                log.info("seeded %s", ", ".join(f"{k} ({v:,} rows)" for k, v in counts.items()))
             ensure_gold_tables(spark, conf, tables)
         if conf.progress_table.enabled:
             ensure_table(spark, conf, progress_table.declaration(conf))
-        print(f"setup: tables ready under {conf.root}")
+        log.info("tables ready under %s", conf.root)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -138,8 +137,7 @@ def record_gaps(
         .execute()
     )
     for g in gaps:
-        log.warning("recorded in %s: %s", gaps_path, g.describe())
-        print(f"bronze: WARNING {g.describe()}; recorded in {gaps_path}", file=sys.stderr)
+        log.warning("%s; recorded in %s", g.describe(), gaps_path)
 
 
 class AppendRawRecords(IdempotentSink):
@@ -222,10 +220,12 @@ def start_bronze(
         if in_table:
             next_offsets = resume_offsets_from_table(in_table, [w.partition for w in watermarks])
             starting = json.dumps({topic: {str(p): o for p, o in next_offsets.items()}})
-            print(
-                f"bronze: no offsets in checkpoint {tables.checkpoint}; resuming {topic} right "
-                f"after the offsets in {tables.raw}: {next_offsets}",
-                file=sys.stderr,
+            log.warning(
+                "no offsets in checkpoint %s; resuming %s right after the offsets in %s: %s",
+                tables.checkpoint,
+                topic,
+                tables.raw,
+                next_offsets,
             )
     gaps = _retention_gaps(topic, next_offsets or {}, watermarks)
     if gaps:

@@ -33,6 +33,7 @@ RESULTS_SCHEMA = (
     "unexpected_count bigint"
 )
 APPEND_ONLY = {"delta.appendOnly": "true"}
+log = logging.getLogger("lakehouse.quality")  # a failed `warn` suite's failures: warnings
 
 
 class QualityCheckFailedError(QualityError):
@@ -211,7 +212,7 @@ def _check_frames(
     try:
         context.build_data_docs()
     except Exception as e:  # the docs are a view: a rendering problem must not hide the verdict
-        logging.getLogger("lakehouse.quality").warning("Data Docs not built: %s", e)
+        log.warning("Data Docs not built: %s", e)
     failing = [
         o
         for o in outcomes
@@ -221,7 +222,7 @@ def _check_frames(
     for o in outcomes:
         if not o.success and o not in failing:
             for f in o.failures:
-                print(f"quality: WARNING {f}")
+                log.warning("%s", f)
     if failing:
         lines = "\n  ".join(f for o in failing for f in o.failures)
         raise QualityCheckFailedError(

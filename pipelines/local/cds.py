@@ -25,7 +25,7 @@ from pipelines.local.jars import (
     java_sources_digest,
     spark_jars,
 )
-from pipelines.spark_conf import LOG4J2
+from pipelines.spark_conf import LOG4J2, LOG4J2_JSON
 
 WARM_UP = Path(__file__).resolve().parent.parent / "jobs" / "warm_up.py"
 # The JVM's messages about the archive (one it cannot use, classes it cannot archive) are noise:
@@ -53,9 +53,13 @@ def archive_java_options() -> str:
     return ""
 
 
-def driver_java_options() -> str:
-    """The driver JVM's options: the log4j2 configuration, and the archive if it exists."""
-    return f"-Dlog4j2.configurationFile=file:{LOG4J2} {archive_java_options()}".strip()
+def driver_java_options(*, json_logs: bool = False) -> str:
+    """The driver JVM's options: the log4j2 configuration (in JSON with `json_logs`), and the
+    archive if it exists."""
+    options = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+    if json_logs:
+        options += f" -Dlakehouse.log.appender=json -Dlakehouse.log.template=file:{LOG4J2_JSON}"
+    return f"{options} {archive_java_options()}".strip()
 
 
 def create(*, quiet: bool = False) -> Path | None:

@@ -54,7 +54,7 @@ def spark_submit_command(
     cmd = [submit, "--master", master]
     cmd += ["--name", task.key, "--driver-memory", memory]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
-    cmd += ["--driver-java-options", driver_java_options()]
+    cmd += ["--driver-java-options", driver_java_options(json_logs=conf.log.format == "json")]
     cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
     return [*cmd, str(task.python_file), *parameters]
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
+
+from pipelines import logs
+
+log = logs.get("progress")
 
 
 def kafka_lag_per_partition(latest: str | None, end: str | None) -> dict[str, int] | None:
@@ -48,10 +51,11 @@ class ConsoleProgress:
         self.rows = self.batches = 0
         self.last_batch = -1
 
-    def say(self, text: str) -> None:
-        """Print `[name] text` on stderr, unless quiet."""
+    def say(self, text: str, **ids) -> None:
+        """Log `[name] text` (logger `lakehouse.progress`, INFO), unless quiet; `ids`: the
+        query_id and batch_id the line is about."""
         if not self.quiet:
-            print(f"[{self.name}] {text}", file=sys.stderr, flush=True)
+            log.info("[%s] %s", self.name, text, extra=ids)
 
     def update(self, query) -> list:
         """Print the batches that completed since the last call and return their progress
@@ -65,7 +69,7 @@ class ConsoleProgress:
                     new.append(p)
                     self._print(p)
         except Exception as e:  # progress is a courtesy: a surprise in a report must not stop a job
-            print(f"[{self.name}] (progress unavailable: {e})", file=sys.stderr, flush=True)
+            log.warning("[%s] progress unavailable: %s", self.name, e)
         return new
 
     def _print(self, p) -> None:
@@ -75,12 +79,13 @@ class ConsoleProgress:
         known = [x for x in lags if x is not None]
         duration = p.durationMs.get("triggerExecution", 0) / 1000
         lag = f", lag {sum(known):,} offsets" if known else ""
+        ids = {"query_id": str(getattr(p, "id", "") or "") or None, "batch_id": p.batchId}
         self.say(
             f"batch {p.batchId}: {p.numInputRows:,} rows in {duration:.1f}s "
-            f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far{lag}"
+            f"({p.processedRowsPerSecond or 0:,.0f} rows/s), {self.rows:,} rows so far{lag}",
+            **ids,
         )
         steps = self.steps.get(p.batchId)
         if steps:
-            self.say(
-                "  where the time went: " + ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
-            )
+            where = ", ".join(f"{k} {v:.1f}s" for k, v in steps.items())
+            self.say(f"  where the time went: {where}", **ids)

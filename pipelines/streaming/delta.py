@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -163,10 +162,13 @@ def recover_checkpoint(
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
         checkpoints.rebuild(files, checkpoint, record)
-        print(
-            f"{name}: checkpoint {checkpoint} was lost; rebuilt from the tables it wrote, batch "
-            f"{batch} of query {record['query']} next",
-            file=sys.stderr,
+        log.warning(
+            "%s: checkpoint %s was lost; rebuilt from the tables it wrote, batch %s of query %s "
+            "next",
+            name,
+            checkpoint,
+            batch,
+            record["query"],
         )
 
 

@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from datetime import datetime
 
 from pyspark.sql import SparkSession
 
+from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.streaming.console import kafka_lag_per_partition
 from pipelines.streaming.delta import retry_on_conflict
 from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import Table, ensure_table
+
+log = logs.get("progress_table")
 
 SCHEMA = (
     "event_time timestamp, query_name string, query_id string, query_run_id string, "
@@ -122,11 +124,11 @@ class ProgressTable:
                     what=self.path,
                 )
             except Exception as e:  # progress is a courtesy: a failed append must not stop a job
-                print(
-                    f"progress table: could not append {len(rows)} rows to {self.path} (kept "
-                    f"for the next try): {str(e).splitlines()[0][:300]}",
-                    file=sys.stderr,
-                    flush=True,
+                log.warning(
+                    "could not append %d rows to %s (kept for the next try): %s",
+                    len(rows),
+                    self.path,
+                    str(e).splitlines()[0][:300],
                 )
                 with self._buffer:
                     self.rows[:0] = rows[-10_000:]

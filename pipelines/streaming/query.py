@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Callable
 
@@ -12,12 +11,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.lease import CheckpointInUseError, CheckpointLease
 from pipelines.streaming.progress_table import ProgressTable
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
+
+log = logs.get("query")
 
 
 def _jvm_ignores_sigterm() -> Callable[[], None]:
@@ -72,10 +74,8 @@ def run_query(
     stop_requested = threading.Event()
 
     def request_stop(signum, _frame):
-        print(
-            f"{name}: {signal.Signals(signum).name} received, stopping after the current batch",
-            file=sys.stderr,
-            flush=True,
+        log.warning(
+            "%s: %s received, stopping after the current batch", name, signal.Signals(signum).name
         )
         STOPPING.set()
         stop_requested.set()

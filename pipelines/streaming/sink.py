@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 
+from pipelines import logs
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import idempotent_txn, newest_tagged_batch, retry_on_conflict
@@ -98,6 +99,14 @@ class IdempotentSink:
         self._records.clear()
         started = time.perf_counter()
         try:
+            query_id = self.query_id()
+        except Exception:  # a line's context only: the batch reads it again and says what failed
+            query_id = None
+        with logs.batch_context(query_id, batch_id):
+            self._run(batch, batch_id, started)
+
+    def _run(self, batch: DataFrame, batch_id: int, started: float) -> None:
+        try:
             if STOPPING.is_set():
                 raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
             self.wait_until_ready()
@@ -113,7 +122,7 @@ class IdempotentSink:
                 for old in sorted(self.timings)[:-20]:
                     del self.timings[old]
                 parts = ", ".join(f"{k} {v:.2f}" for k, v in self.steps.items())
-                log.info("batch %d: %.2f s (%s)", batch_id, time.perf_counter() - started, parts)
+                log.debug("batch %d: %.2f s (%s)", batch_id, time.perf_counter() - started, parts)
 
     def cache(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the end of this batch (read more than once)."""

@@ -31,9 +31,11 @@ def build_spark(
     """Build (or join) the session for `conf`; only entry points call this. A layer `job` also
     writes Spark's event log (`event_log` in the configuration)."""
     settings = session_settings(conf)
-    if job and (event_log := event_log_settings(conf)):
+    event_log = event_log_settings(conf) if job else {}
+    if event_log and "spark.eventLog.enabled" not in _submitted():
         _ensure_folder(conf, conf.event_log_dir)  # Spark refuses to start without it
         settings |= event_log
+    json_logs = conf.log.format == "json"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name or conf.spark.app_name)
@@ -44,7 +46,7 @@ def build_spark(
         builder = (
             builder.master(conf.spark.master)
             .config("spark.jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
-            .config("spark.driver.extraJavaOptions", driver_java_options())
+            .config("spark.driver.extraJavaOptions", driver_java_options(json_logs=json_logs))
         )
     spark = builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
@@ -53,6 +55,17 @@ def build_spark(
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logging.getLogger(name).disabled = True
     return spark
+
+
+def _submitted() -> dict[str, str]:
+    """The settings spark-submit gave the JVM this process runs in (none outside spark-submit):
+    a job's own event log settings, e.g. in a job spec's spark_conf, are kept."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ or SparkSession.getActiveSession() is not None:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway spark-submit started; no context yet
+    return dict(SparkConf().getAll())
 
 
 def _ensure_folder(conf: LakehouseConf, where: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import sys
@@ -170,7 +171,10 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     seed_dimensions(spark, conf)
     spec = tmp_path / "secured.yaml"
     spec.write_text(SPEC)
-    console["job"] = run_cli(env, "jobs", "run", str(spec), "--param", "env=test")
+    # the job's lines as JSON, with the project's debug lines and Spark's info lines among them
+    logged = {"LAKEHOUSE__LOG__FORMAT": "json", "LAKEHOUSE__LOG__LEVEL": "DEBUG"}
+    logged["LAKEHOUSE__SPARK__LOG_LEVEL"] = "INFO"
+    console["job"] = run_cli(env | logged, "jobs", "run", str(spec), "--param", "env=test")
     assert console["job"].returncode == 0, console["job"].stdout[-3000:] + console["job"].stderr
 
     stream = conf.streams["orders"]
@@ -186,7 +190,18 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     gold = gold_tables(conf)
     assert table(spark, gold.aggregates["gold/revenue_by_category_1m"]) == revenue
     assert table(spark, gold.aggregates["gold/orders_by_country_5m"]) == countries
-    assert [(r["task"], r["state"]) for r in read_runs(conf)] == [("pipeline", "SUCCESS")]
+    [run] = read_runs(conf)
+    assert (run["task"], run["state"]) == ("pipeline", "SUCCESS")
+    # every line of the task is JSON (but its command and the JVM launcher's), Python's and the JVM's alike,
+    # each naming its run and task; a batch's progress also its query and batch
+    launcher = ("$ ", "WARNING: Using incubator modules", "Picked up JAVA_TOOL_OPTIONS")
+    lines = Path(run["log_path"]).read_text().splitlines()
+    parsed = [json.loads(line) for line in lines if not line.startswith(launcher)]
+    assert {(p["run_id"], p["task"]) for p in parsed} == {(str(run["run_id"]), "pipeline")}
+    loggers = {p["logger"].split(".")[0] for p in parsed}
+    assert {"lakehouse", "org"} <= loggers, loggers
+    batches = [p for p in parsed if p["logger"] == "lakehouse.progress" and "rows in" in p["msg"]]
+    assert [(p["batch_id"], len(p["query_id"])) for p in batches[:1]] == [(0, 36)], batches[:3]
 
     # the password went through Spark's Kafka source (in its JAAS option) and nowhere else
     assert password in spark_kafka_options(conf)["kafka.sasl.jaas.config"]

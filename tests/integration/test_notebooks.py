@@ -44,7 +44,7 @@ def test_the_explore_notebook_runs_on_the_pipeline_tables_on_s3(spark, s3_lake, 
     env = subprocess_env(lake)
     dq = helpers.run_module("pipelines.cli", env, "dq")
     assert dq.returncode == 0, dq.stdout[-2000:] + dq.stderr[-3000:]
-    assert dq.stdout.count(" passed") == 4, dq.stdout
+    assert dq.stderr.count(" passed") == 4, dq.stderr
     results = spark.read.format("delta").load(lake.table_path("quality/results"))
     assert results.select("suite").distinct().count() == 4
     docs = helpers.files().names(f"{lake.root}/_quality/gx/uncommitted/data_docs/local_site")

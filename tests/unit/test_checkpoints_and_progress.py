@@ -1,3 +1,5 @@
+import logging
+
 from pipelines.streaming import checkpoints
 from pipelines.streaming.console import kafka_lag
 from pipelines.streaming.storage import Files
@@ -50,12 +52,13 @@ def test_lag_sums_offsets_behind_over_partitions():
     assert kafka_lag("null", '{"sourceVersion":1,"reservoirVersion":3}') is None
 
 
-def test_the_console_says_where_a_batch_s_time_went(capsys):
+def test_the_console_says_where_a_batch_s_time_went(caplog):
     from types import SimpleNamespace
 
     from pipelines.streaming.console import ConsoleProgress
 
     steps = {7: {"silver.parse": 1.234, "silver/order_events": 0.5}}
+    caplog.set_level(logging.INFO, logger="lakehouse.progress")
     console = ConsoleProgress("pipeline", steps=steps)
     batch = SimpleNamespace(
         batchId=7,
@@ -66,8 +69,8 @@ def test_the_console_says_where_a_batch_s_time_went(capsys):
     )
     console._print(batch)
     console._print(SimpleNamespace(**{**vars(batch), "batchId": 8}))  # no steps: one line
-    assert capsys.readouterr().err.splitlines() == [
-        "[pipeline] batch 7: 3,000 rows in 2.0s (1,500 rows/s), 3,000 rows so far",
-        "[pipeline]   where the time went: silver.parse 1.2s, silver/order_events 0.5s",
-        "[pipeline] batch 8: 3,000 rows in 2.0s (1,500 rows/s), 6,000 rows so far",
+    assert [(r.getMessage(), r.batch_id) for r in caplog.records] == [
+        ("[pipeline] batch 7: 3,000 rows in 2.0s (1,500 rows/s), 3,000 rows so far", 7),
+        ("[pipeline]   where the time went: silver.parse 1.2s, silver/order_events 0.5s", 7),
+        ("[pipeline] batch 8: 3,000 rows in 2.0s (1,500 rows/s), 6,000 rows so far", 8),
     ]
