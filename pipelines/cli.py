@@ -250,6 +250,16 @@ def spark_sql(conf: LakehouseConf, args: argparse.Namespace) -> None:
     os.execv(cmd[0], [*cmd, *args.args])
 
 
+def metrics_targets(conf: LakehouseConf, args: argparse.Namespace) -> None:
+    """Write the jobs' metrics endpoints as a Prometheus file_sd file."""
+    target = args.out or conf.targets_file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.tmp")
+    partial.write_text(json.dumps(conf.metric_targets(), indent=2) + "\n")
+    partial.replace(target)
+    print(f"metrics: {len(conf.metric_targets())} targets in {target}")
+
+
 def config(conf: LakehouseConf, args: argparse.Namespace) -> None:
     print(json.dumps(conf.as_dict(), indent=2))
 
@@ -337,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Spark's spark-sql shell with the tables by name; what follows is spark-sql's own "
         "(e.g. -e 'SHOW TABLES IN silver')",
     )
+    metrics = sub.add_parser(
+        "metrics", help="the layer jobs' Prometheus metrics", parents=common
+    ).add_subparsers(dest="action", required=True)
+    p = command("targets", metrics_targets, "write their endpoints as a file_sd file", metrics)
+    p.add_argument("--out", type=Path, help="the file (default: metrics.targets_file)")
     command("jars", jars, "comma-separated jars for spark-submit --jars")
     command("config", config, "print the effective configuration (secrets hidden)")
     return parser

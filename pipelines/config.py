@@ -291,6 +291,33 @@ class ClusterConf(_Section):
         return f"spark://{self.host}:{self.master_port}"
 
 
+_DEFAULT_JOBS = ("bronze-orders", "silver-orders", "gold-orders", "pipeline-orders")
+
+
+class MetricsConf(_Section):
+    """Prometheus metrics of the long-running layer jobs, at ports fixed per job (`<layer>-<stream>`):
+    the lakehouse's own at `ports` (/metrics), Spark's own (its UI's PrometheusServlet, so the UI
+    is on for these jobs) at `spark_ui_ports` (/metrics/prometheus). `lakehouse metrics targets`
+    writes them as a Prometheus file_sd file."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(9411, 9415), strict=True))
+    spark_ui_ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(4051, 4055), strict=True))
+    targets_file: str | None = None  # default: .lakehouse/prometheus/<env>.json
+
+
+class LineageConf(_Section):
+    """OpenLineage events of the layer jobs: each job run and micro-batch, START then COMPLETE,
+    naming the datasets read and written; to a file, or to an HTTP endpoint (`url`)."""
+
+    enabled: bool = True
+    namespace: str = "lakehouse"  # the jobs' namespace
+    file: str | None = None  # JSON lines; default: <log dir>/lineage.jsonl
+    url: str | None = None  # e.g. Marquez at http://127.0.0.1:5000: events go there, not to a file
+    endpoint: str = "api/v1/lineage"
+
+
 class EventLogConf(_Section):
     """Spark's event log of the layer jobs, for Spark's History Server (`lakehouse history`)."""
 
@@ -353,6 +380,8 @@ class LakehouseConf(_Section):
     quality: QualityConf = QualityConf()
     progress_table: ProgressTableConf = ProgressTableConf()
     event_log: EventLogConf = EventLogConf()
+    metrics: MetricsConf = MetricsConf()
+    lineage: LineageConf = LineageConf()
     cluster: ClusterConf = ClusterConf()
     producer: ProducerConf = ProducerConf()
     tables: TablesConf = TablesConf()
@@ -419,6 +448,28 @@ class LakehouseConf(_Section):
     @property
     def metastore_data_dir(self) -> Path:
         return _resolve(self.local_metastore.data_dir)
+
+    @property
+    def lineage_file(self) -> Path:
+        """Where the OpenLineage events go when no `lineage.url` is set."""
+        return _resolve(self.lineage.file) if self.lineage.file else self.log_dir / "lineage.jsonl"
+
+    @property
+    def targets_file(self) -> Path:
+        """The Prometheus file_sd file of the jobs' metrics endpoints."""
+        return _resolve(self.metrics.targets_file or f".lakehouse/prometheus/{self.env}.json")
+
+    def metric_targets(self) -> list[dict[str, Any]]:
+        """Every job's two metrics endpoints as Prometheus file_sd target groups."""
+        m, groups = self.metrics, []
+        for job, port in sorted(m.ports.items()):
+            labels = {"job": f"lakehouse-{job}", "env": self.env}
+            groups.append({"targets": [f"{m.host}:{port}"], "labels": labels})
+            if (ui := m.spark_ui_ports.get(job)) is not None:
+                spark = {"job": f"spark-{job}", "env": self.env}
+                spark["__metrics_path__"] = "/metrics/prometheus"
+                groups.append({"targets": [f"{m.host}:{ui}"], "labels": spark})
+        return groups
 
     @property
     def history_dir(self) -> Path:

@@ -102,6 +102,27 @@ def event_log_settings(conf: LakehouseConf) -> dict[str, str]:
     }
 
 
+PROMETHEUS_SERVLET = "org.apache.spark.metrics.sink.PrometheusServlet"
+
+
+def metrics_settings(conf: LakehouseConf, job: str) -> dict[str, str]:
+    """Spark's UI at the job's fixed port, serving Spark's metrics (the streaming queries' among
+    them) for Prometheus; {} when metrics are off or the job has no port."""
+    port = conf.metrics.spark_ui_ports.get(job)
+    if not conf.metrics.enabled or port is None:
+        return {}
+    sink = "spark.metrics.conf.*.sink.prometheusServlet"
+    return {
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(port),
+        "spark.ui.prometheus.enabled": "true",
+        f"{sink}.class": PROMETHEUS_SERVLET,
+        f"{sink}.path": "/metrics/prometheus",
+        "spark.sql.streaming.metricsEnabled": "true",
+        "spark.metrics.namespace": f"lakehouse_{job.replace('-', '_')}",
+    }
+
+
 def history_server_settings(conf: LakehouseConf) -> dict[str, str]:
     """Spark's History Server on the layer jobs' event logs: compacted, and cleaned by age."""
     return {

@@ -14,6 +14,7 @@ from pipelines.config import load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.kafka import check_reachable
 from pipelines.local.processes import process_start
+from pipelines.streaming import lineage, metrics
 from pipelines.streaming.spark import build_spark
 
 
@@ -38,8 +39,10 @@ def run_layer_job(
         logs.configure(conf)
         if needs_kafka:
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
-        spark = build_spark(conf, app_name=f"lakehouse-{layer}-{args.stream}", job=True)
-        run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
+        job = f"{layer}-{args.stream}"
+        spark = build_spark(conf, app_name=f"lakehouse-{job}", job=job)
+        with metrics.serve(conf, layer, args.stream), lineage.job_run(conf, layer, args.stream):
+            run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
     return 0
 
 

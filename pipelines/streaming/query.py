@@ -14,6 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError, LakehouseError
+from pipelines.streaming import metrics
 from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.lease import CheckpointInUseError, CheckpointLease
 from pipelines.streaming.progress_table import ProgressTable
@@ -68,6 +69,7 @@ def run_query(
 
     def report(query: StreamingQuery) -> None:
         for p in console.update(query):
+            metrics.observe(query.name, p)
             if progress_table is not None:
                 progress_table.record(p)
 

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipelines import logs
 from pipelines.errors import JobFailedError, LakehouseError
-from pipelines.streaming import checkpoints
+from pipelines.streaming import checkpoints, lineage
 from pipelines.streaming.delta import idempotent_txn, newest_tagged_batch, retry_on_conflict
 from pipelines.streaming.storage import Files
 
@@ -102,7 +102,7 @@ class IdempotentSink:
             query_id = self.query_id()
         except Exception:  # a line's context only: the batch reads it again and says what failed
             query_id = None
-        with logs.batch_context(query_id, batch_id):
+        with logs.batch_context(query_id, batch_id), lineage.batch(batch_id, query_id):
             self._run(batch, batch_id, started)
 
     def _run(self, batch: DataFrame, batch_id: int, started: float) -> None:

@@ -22,16 +22,18 @@ from pyspark.sql.types import StructType
 from pipelines.config import LakehouseConf
 from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
-from pipelines.spark_conf import event_log_settings, session_settings
+from pipelines.spark_conf import event_log_settings, metrics_settings, session_settings
 
 
 def build_spark(
-    conf: LakehouseConf, app_name: str | None = None, *, job: bool = False
+    conf: LakehouseConf, app_name: str | None = None, *, job: str | None = None
 ) -> SparkSession:
-    """Build (or join) the session for `conf`; only entry points call this. A layer `job` also
-    writes Spark's event log (`event_log` in the configuration)."""
+    """Build (or join) the session for `conf`; only entry points call this. A layer's `job`
+    (`<layer>-<stream>`) also writes Spark's event log and serves Spark's metrics at its port."""
     settings = session_settings(conf)
-    event_log = event_log_settings(conf) if job else {}
+    if job is not None:
+        settings |= metrics_settings(conf, job)
+    event_log = event_log_settings(conf) if job is not None else {}
     if event_log and "spark.eventLog.enabled" not in _submitted():
         _ensure_folder(conf, conf.event_log_dir)  # Spark refuses to start without it
         settings |= event_log

@@ -25,6 +25,14 @@ from tests.helpers import produce, s3_objects
 pytestmark = pytest.mark.integration
 
 
+def _runs(events) -> dict[str, tuple[str, ...]]:
+    """Each run's event types, in order."""
+    runs: dict[str, tuple[str, ...]] = {}
+    for e in events:
+        runs[e["run"]["runId"]] = (*runs.get(e["run"]["runId"], ()), e["eventType"])
+    return runs
+
+
 def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_gives_local_tables(
     spark, s3_lake, tmp_path, monkeypatch
 ):
@@ -119,6 +127,53 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         ("lakehouse-silver-orders", True),
     ]
     assert sorted(f"eventlog_v2_{a['id']}" for a in listed) == logs
+    # OpenLineage: each layer job's run and each of its micro-batches, START then COMPLETE, naming
+    # the topic in the Kafka cluster's namespace and the tables in the bucket's
+    events = [json.loads(line) for line in conf.lineage_file.read_text().splitlines()]
+    prefix = conf.root.removeprefix("s3a://lake/")
+    kafka = (f"kafka://{conf.kafka.bootstrap_servers.split(',')[0]}", conf.streams["orders"].topic)
+
+    def table(name: str) -> tuple[str, str]:
+        return ("s3://lake", f"{prefix}/{name}")
+
+    expected = {
+        "bronze-orders": (
+            [kafka],
+            [table("bronze/orders_raw"), table("bronze/orders_raw_gaps")],
+            "bronze/orders_raw",
+        ),
+        "silver-orders": (
+            [table("bronze/orders_raw")],
+            [table("silver/order_events"), table("silver/orders"), table("silver/orders_quarantine")],
+            "silver/order_events",
+        ),
+        "gold-orders": (
+            [table(t) for t in ("silver/order_events", "dimensions/products", "dimensions/customers")],
+            [table(t) for t in ("gold/revenue_by_category_1m", "gold/orders_by_country_5m",
+                                "gold/late_events", "gold/late_events_high_water")],
+            "gold/orders",
+        ),
+    }  # fmt: skip
+    assert sorted({e["job"]["name"] for e in events}) == sorted(
+        [*expected, *(f"{job}.micro_batch" for job in expected)]
+    )
+    for job, (reads, writes, checkpoint) in expected.items():
+        [(run_id, states)] = _runs(e for e in events if e["job"]["name"] == job).items()
+        assert states == ("START", "COMPLETE"), job
+        batches = [e for e in events if e["job"]["name"] == f"{job}.micro_batch"]
+        for e in [*batches, *(e for e in events if e["job"]["name"] == job)]:
+            assert [(d["namespace"], d["name"]) for d in e["inputs"]] == reads, job
+            assert [(d["namespace"], d["name"]) for d in e["outputs"]] == writes, job
+        assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in batches} == {run_id}
+        # one run per micro-batch the query committed (its checkpoint's commits), in order
+        commits = sorted(
+            int(f.name)
+            for f in (stored / "_checkpoints" / checkpoint / "commits").iterdir()
+            if f.name.isdigit()
+        )
+        ids = [e["run"]["facets"]["lakehouse_microBatch"]["batchId"] for e in batches]
+        assert ids == [i for i in commits for _ in ("START", "COMPLETE")], (job, ids)
+        assert set(_runs(batches).values()) == {("START", "COMPLETE")}
     # and nothing was written on this machine but logs: the tasks', the cluster's (its daemons'
     # and its executors' stdout and stderr, beside the application's jars each executor fetched)
     new = {p for p in tmp_path.rglob("*") if p.is_file()} - before

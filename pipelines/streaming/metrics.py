@@ -1,0 +1,211 @@
+"""The lakehouse's own Prometheus metrics of a long-running layer job, at its fixed port.
+
+Per query, from each micro-batch's progress: batches and input rows (counters), input and
+processed rows/s, batch duration, and the Kafka lag of each partition (the newest offset less the
+batch's end offset). Per table the job writes, read from the table's own log at each scrape
+(delta-rs, no Spark job): rows, version, the time of the newest commit (Delta's history) and of
+the newest event committed (the log's column statistics). Per data-quality suite on those tables,
+its last verdict (the results table). Spark's own metrics are served by its UI beside these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from deltalake import DeltaTable as DeltaLake
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pipelines import logs
+from pipelines.config import LakehouseConf
+from pipelines.streaming.console import kafka_lag_per_partition
+
+log = logs.get("metrics")
+# The columns whose newest value is an event's time, by preference: the first a table has.
+EVENT_TIME_COLUMNS = (
+    "event_time",
+    "kafka_timestamp",
+    "window_end",
+    "newest_event_time",
+    "updated_at",
+    "detected_at",
+)
+
+_current: JobMetrics | None = None
+
+
+def observe(query_name: str, progress) -> None:
+    """Count a micro-batch's progress in this process's job metrics (if they are served)."""
+    if _current is not None:
+        _current.observe(query_name, progress)
+
+
+class JobMetrics:
+    """A job's metrics registry: progress gauges and counters, and its tables' figures."""
+
+    def __init__(self, conf: LakehouseConf, tables: list[str]) -> None:
+        self.registry = r = CollectorRegistry()
+        q = ["query"]
+        self.batches = Counter("lakehouse_batches", "Micro-batches completed", q, registry=r)
+        self.rows = Counter("lakehouse_input_rows", "Rows read by the micro-batches", q, registry=r)
+        self.input_rate = Gauge(
+            "lakehouse_input_rows_per_second", "Input rows/s of the last batch", q, registry=r
+        )
+        self.processed_rate = Gauge(
+            "lakehouse_processed_rows_per_second", "Rows/s the last batch processed", q, registry=r
+        )
+        self.duration = Gauge(
+            "lakehouse_batch_duration_seconds", "Duration of the last batch", q, registry=r
+        )
+        self.batch_id = Gauge("lakehouse_last_batch_id", "Id of the last batch", q, registry=r)
+        self.lag = Gauge(
+            "lakehouse_kafka_lag_offsets",
+            "Offsets behind the newest record, per partition, after the last batch",
+            ["query", "topic", "partition"],
+            registry=r,
+        )
+        r.register(TableFigures(conf, tables))
+
+    def observe(self, query_name: str, p) -> None:
+        q = query_name or "query"
+        self.batches.labels(q).inc()
+        self.rows.labels(q).inc(p.numInputRows)
+        self.input_rate.labels(q).set(p.inputRowsPerSecond or 0)
+        self.processed_rate.labels(q).set(p.processedRowsPerSecond or 0)
+        self.duration.labels(q).set((p.durationMs or {}).get("triggerExecution", 0) / 1000)
+        self.batch_id.labels(q).set(p.batchId)
+        for source in p.sources:
+            lags = kafka_lag_per_partition(source.latestOffset, source.endOffset) or {}
+            for where, lag in lags.items():
+                topic, _, partition = where.rpartition("-")
+                self.lag.labels(q, topic, partition).set(lag)
+
+
+class TableFigures(Collector):
+    """At each scrape, the figures of the job's tables and of the quality suites on them, from
+    the tables' logs (a table not created yet is left out)."""
+
+    def __init__(self, conf: LakehouseConf, tables: list[str]) -> None:
+        self.conf, self.tables = conf, tables
+        self.options = conf.delta_rs_options()
+        self._open: dict[str, DeltaLake] = {}
+
+    def _table(self, name: str) -> DeltaLake | None:
+        path = self.conf.table_path(name)
+        try:
+            if (dt := self._open.get(path)) is None:
+                dt = self._open[path] = DeltaLake(path, storage_options=self.options)
+            else:
+                dt.update_incremental()
+            return dt
+        except Exception as e:  # not created yet, or the storage did not answer: no figure
+            log.debug("no figures for %s: %s", name, e)
+            return None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        t = ["table"]
+        rows = GaugeMetricFamily("lakehouse_table_rows", "Rows in the table (its log)", labels=t)
+        version = GaugeMetricFamily("lakehouse_table_version", "The table's version", labels=t)
+        committed = GaugeMetricFamily(
+            "lakehouse_table_last_commit_timestamp_seconds",
+            "When the table's newest commit was made (Delta's history)",
+            labels=t,
+        )
+        newest = GaugeMetricFamily(
+            "lakehouse_table_newest_event_timestamp_seconds",
+            "Event time of the newest row committed (the log's column statistics)",
+            labels=t,
+        )
+        for name in self.tables:
+            if (dt := self._table(name)) is None:
+                continue
+            actions = dt.get_add_actions(flatten=True)
+            columns = actions.column_names
+            rows.add_metric([name], sum(v or 0 for v in _values(actions, "num_records")))
+            version.add_metric([name], dt.version())
+            history = dt.history(1)
+            if history:
+                committed.add_metric([name], history[0]["timestamp"] / 1000)
+            for column in EVENT_TIME_COLUMNS:
+                if f"max.{column}" in columns:
+                    times = [v for v in _values(actions, f"max.{column}") if v is not None]
+                    if times:
+                        newest.add_metric([name], max(times).timestamp())
+                    break
+        yield from (rows, version, committed, newest)
+        yield from self._quality()
+
+    def _quality(self) -> Iterator[GaugeMetricFamily]:
+        passed = GaugeMetricFamily(
+            "lakehouse_quality_suite_success",
+            "1 if the suite's newest run passed, else 0",
+            labels=["suite", "table"],
+        )
+        when = GaugeMetricFamily(
+            "lakehouse_quality_suite_last_run_timestamp_seconds",
+            "When the suite last ran",
+            labels=["suite", "table"],
+        )
+        dt = self._table(self.conf.tables.quality_results)
+        if dt is not None:
+            results = dt.to_pyarrow_table(columns=["suite", "table", "run_at", "success"])
+            newest: dict[tuple[str, str], tuple[object, bool]] = {}
+            for row in results.to_pylist():
+                if row["table"] not in self.tables:
+                    continue
+                key = (row["suite"], row["table"])
+                run_at, ok = newest.get(key, (None, True))
+                if run_at is None or row["run_at"] > run_at:
+                    newest[key] = (row["run_at"], bool(row["success"]))
+                elif row["run_at"] == run_at:
+                    newest[key] = (run_at, ok and bool(row["success"]))
+            for (suite, table), (run_at, ok) in sorted(newest.items()):
+                passed.add_metric([suite, table], 1 if ok else 0)
+                when.add_metric([suite, table], run_at.timestamp())
+        yield from (passed, when)
+
+
+def _values(actions, column: str) -> list:
+    return actions.column(column).to_pylist()
+
+
+def job_tables(conf: LakehouseConf, layer: str, stream: str) -> list[str]:
+    """The tables a layer's job writes (its figures are the job's)."""
+    s = conf.stream(stream)
+    bronze = [s.bronze_table, s.gaps_table]
+    silver = [t for t in (s.events_table, s.state_table, s.quarantine_table) if t]
+    gold = [t for t in (*s.gold_tables, s.late_events_table, s.high_water_table) if t]
+    return {"bronze": bronze, "silver": silver, "gold": gold}.get(layer, bronze + silver + gold)
+
+
+@contextmanager
+def serve(conf: LakehouseConf, layer: str, stream: str) -> Iterator[JobMetrics | None]:
+    """Serve the job's metrics at its port (metrics.ports[<layer>-<stream>]) while in the block.
+    A port that is taken (another copy of the job, waiting for its checkpoint) leaves this copy
+    without metrics, with a warning: never a reason to stop a job."""
+    global _current
+    job, m = f"{layer}-{stream}", conf.metrics
+    port = m.ports.get(job)
+    if not m.enabled or port is None:
+        if m.enabled:
+            log.warning("no metrics for job %s: no metrics.ports.%s in %s", job, job, conf.source)
+        yield None
+        return
+    metrics = JobMetrics(conf, job_tables(conf, layer, stream))
+    try:
+        server, thread = start_http_server(port, addr=m.host, registry=metrics.registry)
+    except OSError as e:
+        log.warning("no metrics for job %s: port %s:%d: %s", job, m.host, port, e)
+        yield None
+        return
+    log.info("metrics of job %s at http://%s:%d/metrics", job, m.host, port)
+    _current = metrics
+    try:
+        yield metrics
+    finally:
+        _current = None
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
