@@ -14,10 +14,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
+from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.errors import ExitCode
 from pipelines.local.cds import archive_java_options, driver_java_options
@@ -83,7 +85,7 @@ class JobRunner:
         *,
         parameters: dict[str, str] | None = None,
         grace_seconds: float = 120,
-        echo=print,
+        echo: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None,
         master: str | None = None,
     ) -> None:
@@ -92,10 +94,12 @@ class JobRunner:
                 f"job spec {spec.source} has no parameter {', '.join(unknown)} "
                 f"(it has: {', '.join(spec.parameters) or 'none'})"
             )
-        self.conf, self.spec, self.master, self.echo = conf, spec, master, echo
+        self.conf, self.spec, self.master = conf, spec, master
         self.grace, self.env = grace_seconds, dict(os.environ if env is None else env)
         self.parameters = {**spec.parameters, **(parameters or {})}
         self.run_id = int(time.time() * 1000)
+        run = {"run_id": str(self.run_id)}  # the run's lines name it, as its tasks' lines do
+        self.echo = echo or (lambda line: logs.get("jobs").info("%s", line, extra=run))
         self.logs = conf.log_dir / str(self.run_id)
         self.stopping = threading.Event()
         self.done = threading.Condition()  # guards the run's states

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
 
+from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import client_settings, ensure_topic
@@ -75,7 +75,7 @@ def produce_plan(
         elif track:
             offsets[index] = msg.offset()
 
-    say = partial(print, file=sys.stderr)
+    say = logs.get("produce").info
     started = last_report = time.monotonic()
     total = len(plan.records)
     for i, rec in enumerate(plan.records):
@@ -100,7 +100,7 @@ def produce_plan(
             producer.poll(0)
             now = time.monotonic()
             if progress and now - last_report >= 2:
-                say(f"produce: {i:,}/{total:,} records ({i / (now - started):,.0f}/s)")
+                say(f"{i:,}/{total:,} records ({i / (now - started):,.0f}/s)")
                 last_report = now
         if errors:
             break
@@ -115,7 +115,7 @@ def produce_plan(
     delivered = [DeliveredRecord(**vars(r), offset=offsets[i]) for i, r in enumerate(tracked)]
     if progress:
         speed = total / max(seconds, 1e-9)
-        say(f"produce: {total:,} records to {topic} in {seconds:.1f}s ({speed:,.0f}/s)")
+        say(f"{total:,} records to {topic} in {seconds:.1f}s ({speed:,.0f}/s)")
     return ProduceReport(topic, plan.counts(), seconds, delivered)
 
 

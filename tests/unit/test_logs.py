@@ -64,3 +64,33 @@ def test_text_lines_at_the_configured_level_and_the_last_error_in_the_same_form(
     errors.report("error: the end")
     [line] = capsys.readouterr().err.splitlines()
     assert (json.loads(line)["level"], json.loads(line)["msg"]) == ("ERROR", "error: the end")
+
+
+def test_no_print_outside_the_command_lines_own_output():
+    """Every message goes through logging; `print` is only a command's own output (the CLI, the
+    services' start/stop lines, the demo's summary) and the last error line's fallback."""
+    import ast
+
+    from pipelines.config import REPO_ROOT
+
+    allowed = {
+        "pipelines/cli.py",
+        "pipelines/reference/demo.py",
+        "pipelines/local/cds.py",
+        "pipelines/local/jars.py",
+        "pipelines/local/cluster.py",
+        "pipelines/local/broker.py",
+        "pipelines/local/s3.py",
+        "pipelines/local/history.py",
+        "pipelines/local/metastore.py",
+        "pipelines/errors.py",
+        "pipelines/logs.py",
+    }
+    printing = set()
+    for package in ("pipelines", "bronze", "silver", "gold"):
+        for file in (REPO_ROOT / package).rglob("*.py"):
+            tree = ast.parse(file.read_text())
+            names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+            if any(n.id == "print" for n in names):  # called, or passed on as `say`
+                printing.add(file.relative_to(REPO_ROOT).as_posix())
+    assert printing <= allowed, sorted(printing - allowed)

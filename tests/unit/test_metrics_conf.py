@@ -59,3 +59,45 @@ def test_promtool_accepts_the_alert_rules():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 5 rules found" in done.stdout
+
+
+def test_table_figures_come_from_the_logs_and_the_newest_quality_run(tmp_path):
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from pipelines.streaming.metrics import TableFigures
+
+    conf = load_config("test").updated({"storage.root": str(tmp_path)})
+    t = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    quarantine = pa.table({"offset": [1, 2, 3], "kafka_timestamp": [t, t.replace(minute=7), t]})
+    write_deltalake(conf.table_path("silver/orders_quarantine"), quarantine.slice(0, 2))
+    write_deltalake(conf.table_path("silver/orders_quarantine"), quarantine.slice(2), mode="append")
+    results = pa.table(
+        {
+            "suite": ["events", "events", "events", "orders", "gold"],
+            "table": ["silver/order_events"] * 3 + ["silver/orders", "gold/late_events"],
+            "run_at": [t, t.replace(hour=11), t.replace(hour=11), t, t],
+            "success": [False, True, False, True, False],
+        }
+    )
+    write_deltalake(conf.table_path("quality/results"), results)
+    tables = ["silver/order_events", "silver/orders", "silver/orders_quarantine"]
+    samples = {
+        (s.name, tuple(s.labels.values())): s.value
+        for family in TableFigures(conf, tables).collect()
+        for s in family.samples
+    }
+    at = ("silver/orders_quarantine",)
+    assert samples[("lakehouse_table_rows", at)] == 3
+    assert samples[("lakehouse_table_version", at)] == 1
+    assert samples[("lakehouse_table_newest_event_timestamp_seconds", at)] == (
+        t.replace(minute=7).timestamp()
+    )
+    assert ("lakehouse_table_rows", ("silver/order_events",)) not in samples  # not created
+    # the newest run of each suite on the job's tables: one failed expectation fails it
+    assert {k[1]: v for k, v in samples.items() if k[0] == "lakehouse_quality_suite_success"} == {
+        ("events", "silver/order_events"): 0,
+        ("orders", "silver/orders"): 1,
+    }
