@@ -169,6 +169,12 @@ def dq(conf: LakehouseConf, args: argparse.Namespace) -> int:
     return quality_job.main(["--env", conf.env, *args.tables])
 
 
+def maintain(conf: LakehouseConf, args: argparse.Namespace) -> int:
+    from pipelines.jobs import maintenance_job
+
+    return maintenance_job.main(["--env", conf.env, *args.tables])
+
+
 def demo(conf: LakehouseConf, args: argparse.Namespace) -> None:
     from pipelines.reference.demo import run_demo
 
@@ -323,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orders", type=int)
     command("seed", seed, "dimensions/products and customers from conf/seeds")
     p = command("dq", dq, "data-quality suites; results to quality/results and Data Docs")
+    p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
+    p = command("maintain", maintain, "compact small files, remove old ones, checkpoint the logs")
     p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
     jobs = sub.add_parser(
         "jobs", help="Databricks-style multi-task jobs on open-source Spark", parents=common

@@ -318,6 +318,17 @@ class LineageConf(_Section):
     endpoint: str = "api/v1/lineage"
 
 
+class MaintenanceConf(_Section):
+    """`lakehouse maintain`: compaction, old files removed, the log checkpointed."""
+
+    # VACUUM keeps what a version this young needs: time travel, and streaming readers that fall
+    # behind. Delta's own floor is 7 days; a shorter retention is refused here, naming this key.
+    vacuum_retention_hours: Annotated[int, Field(ge=168)] = 168
+    # LITE finds what to delete in the log; FULL lists the storage, also finding the files of
+    # writes that never committed (a job killed mid-batch), at a far higher cost
+    vacuum_full: bool = False
+
+
 class EventLogConf(_Section):
     """Spark's event log of the layer jobs, for Spark's History Server (`lakehouse history`)."""
 
@@ -382,6 +393,7 @@ class LakehouseConf(_Section):
     event_log: EventLogConf = EventLogConf()
     metrics: MetricsConf = MetricsConf()
     lineage: LineageConf = LineageConf()
+    maintenance: MaintenanceConf = MaintenanceConf()
     cluster: ClusterConf = ClusterConf()
     producer: ProducerConf = ProducerConf()
     tables: TablesConf = TablesConf()

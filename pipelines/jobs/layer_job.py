@@ -9,8 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from pyspark.sql import SparkSession
+
 from pipelines import logs
-from pipelines.config import load_config
+from pipelines.config import LakehouseConf, load_config
 from pipelines.errors import exit_on_known_errors
 from pipelines.kafka import check_reachable
 from pipelines.local.processes import process_start
@@ -43,6 +45,26 @@ def run_layer_job(
         spark = build_spark(conf, app_name=f"lakehouse-{job}", job=job)
         with metrics.serve(conf, layer, args.stream), lineage.job_run(conf, layer, args.stream):
             run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
+    return 0
+
+
+def run_table_job(
+    argv: list[str] | None,
+    prog: str,
+    doc: str,
+    work: Callable[[SparkSession, LakehouseConf, list[str] | None], None],
+) -> int:
+    """The main of a job on the tables as they are (quality, maintenance): --env, the tables
+    (default: all), a session named `lakehouse-<prog>`, then `work`."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
+    parser.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
+    args = parser.parse_args(argv)
+    stop_with_runner()
+    with exit_on_known_errors():
+        conf = load_config(args.env)
+        logs.configure(conf)
+        work(build_spark(conf, app_name=f"lakehouse-{prog}"), conf, args.tables or None)
     return 0
 
 

@@ -10,34 +10,27 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from pyspark.sql import SparkSession
+
 from pipelines import logs
-from pipelines.config import load_config
-from pipelines.errors import exit_on_known_errors
-from pipelines.jobs.layer_job import stop_with_runner
+from pipelines.config import LakehouseConf
+from pipelines.jobs.layer_job import run_table_job
 from pipelines.layers.quality import run_quality
-from pipelines.streaming.spark import build_spark
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="quality", description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
-    parser.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
-    args = parser.parse_args(argv)
-    stop_with_runner()
-    with exit_on_known_errors():
-        conf = load_config(args.env)
-        logs.configure(conf)
-        spark = build_spark(conf, app_name="lakehouse-quality")
-        log = logs.get("quality")
-        for o in run_quality(spark, conf, args.tables or None):
-            if o.success:
-                log.info("%-30s passed", o.suite)
-            else:
-                log.warning("%-30s FAILED (policy warn)", o.suite)
-    return 0
+    return run_table_job(argv, "quality", __doc__, check)
+
+
+def check(spark: SparkSession, conf: LakehouseConf, tables: list[str] | None) -> None:
+    log = logs.get("quality")
+    for o in run_quality(spark, conf, tables):
+        if o.success:
+            log.info("%-30s passed", o.suite)
+        else:
+            log.warning("%-30s FAILED (policy warn)", o.suite)
 
 
 if __name__ == "__main__":
