@@ -261,9 +261,10 @@ def metrics_targets(conf: LakehouseConf, args: argparse.Namespace) -> None:
     target = args.out or conf.targets_file
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.tmp")
-    partial.write_text(json.dumps(conf.metric_targets(), indent=2) + "\n")
+    groups = conf.metric_targets()
+    partial.write_text(json.dumps(groups, indent=2) + "\n")
     partial.replace(target)
-    print(f"metrics: {len(conf.metric_targets())} targets in {target}")
+    print(f"metrics: {len(groups)} targets in {target}")
 
 
 def config(conf: LakehouseConf, args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ import pyspark
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable, s3a_jars
-from pipelines.local.processes import pid_of, port_in_use, start_service, terminate
+from pipelines.local.processes import pid_of, port_in_use, start_service, stop_service
 from pipelines.local.tls import write_private
 from pipelines.spark_conf import LOG4J2, history_server_settings
 
@@ -103,11 +103,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
 
 
 def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
-    say = (lambda *_: None) if quiet else print
     p = _paths(conf)
-    if (pid := pid_of(p["pid"], MAIN, str(p["props"]))) is None:
-        say("history: not running")
-        return
-    terminate(pid, group=False, grace_s=15)
-    p["pid"].unlink(missing_ok=True)
-    say(f"history: stopped (pid {pid})")
+    done = stop_service("history", pid_of(p["pid"], MAIN, str(p["props"])), p["pid"])
+    if not quiet:
+        print(done)

@@ -17,7 +17,7 @@ import pyspark
 from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable
-from pipelines.local.processes import pid_of, port_in_use, start_service, terminate
+from pipelines.local.processes import pid_of, port_in_use, start_service, stop_service
 
 MAIN = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 
@@ -120,10 +120,6 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> MetastoreStatus:
 
 def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
     """Stop the metastore; its database stays."""
-    say = (lambda *_: None) if quiet else print
-    if (pid := _pid(conf)) is None:
-        say("metastore: not running")
-        return
-    terminate(pid, group=False, grace_s=15)
-    _paths(conf)["pid"].unlink(missing_ok=True)
-    say(f"metastore: stopped (pid {pid})")
+    done = stop_service("metastore", _pid(conf), _paths(conf)["pid"])
+    if not quiet:
+        print(done)

@@ -140,3 +140,13 @@ def start_service(
         time.sleep(0.2)
     terminate(proc.pid, group=False, grace_s=5)
     raise error(f"{what} was not ready within {timeout_s:g}s; last lines of {log}:\n{tail(log)}")
+
+
+def stop_service(name: str, pid: int | None, pid_file: Path) -> str:
+    """Stop a service `start_service` started (SIGTERM, SIGKILL if it hangs) and forget its pid;
+    returns what happened, for the command line."""
+    if pid is None:
+        return f"{name}: not running"
+    terminate(pid, group=False, grace_s=15)
+    pid_file.unlink(missing_ok=True)
+    return f"{name}: stopped (pid {pid})"

@@ -19,7 +19,7 @@ from pathlib import Path
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.local.jars import RESOURCES, java_executable, s3proxy_jars
-from pipelines.local.processes import pid_of, port_in_use, start_service, terminate
+from pipelines.local.processes import pid_of, port_in_use, start_service, stop_service
 from pipelines.local.tls import write_private
 
 KEY_ENV, SECRET_ENV = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
@@ -152,10 +152,6 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> StorageStatus:
 
 def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
     """Stop S3Proxy (SIGTERM, then SIGKILL if it hangs); the objects stay."""
-    say = (lambda *_: None) if quiet else print
-    if (pid := _pid(conf)) is None:
-        say("storage: not running")
-        return
-    terminate(pid, group=False, grace_s=15)
-    _paths(conf)["pid"].unlink(missing_ok=True)
-    say(f"storage: stopped (pid {pid})")
+    done = stop_service("storage", _pid(conf), _paths(conf)["pid"])
+    if not quiet:
+        print(done)
