@@ -12,6 +12,7 @@ SCHEMA = (
     "window_start timestamp, window_end timestamp, country string, created_orders bigint, "
     "order_value decimal(18,2)"
 )
+CLUSTER_BY = ("window_start",)  # a batch's MERGE reads only the files of the windows it touches
 KEY_COLUMNS = ["window_start", "window_end", "country"]
 VALUE_COLUMNS = ["created_orders", "order_value"]  # additive: a batch adds to its window rows
 WINDOW_SECONDS = 300  # how far before its event time a window row an event touches starts

@@ -12,6 +12,7 @@ SCHEMA = (
     "window_start timestamp, window_end timestamp, category string, currency string, "
     "paid_orders bigint, units bigint, revenue decimal(18,2)"
 )
+CLUSTER_BY = ("window_start",)  # a batch's MERGE reads only the files of the windows it touches
 KEY_COLUMNS = ["window_start", "window_end", "category", "currency"]
 VALUE_COLUMNS = ["paid_orders", "units", "revenue"]  # additive: a batch adds to its window rows
 WINDOW_SECONDS = 60  # how far before its event time a window row an event touches starts

@@ -106,9 +106,8 @@ def job_environment(
     return conf, params
 
 
-def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
-    from pipelines.orchestration.runner import JobRunner
-    from pipelines.orchestration.runs import RunState
+def _job(conf: LakehouseConf, args: argparse.Namespace):
+    """The spec, the environment its tasks run in and the runner's options, from the arguments."""
     from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
     spec = load_job_spec(args.spec)
@@ -117,9 +116,29 @@ def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
     conf, params = job_environment(conf, spec.parameters, dict(p.split("=", 1) for p in args.param))
     echo = functools.partial(print, file=sys.stderr, flush=True)
     options = {"grace_seconds": args.grace_seconds, "master": args.master, "echo": echo}
-    run = JobRunner(conf, spec, parameters=params, **options).run()
+    return conf, spec, {"parameters": params, **options}
+
+
+def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
+    from pipelines.orchestration.runner import JobRunner
+    from pipelines.orchestration.runs import RunState
+
+    conf, spec, options = _job(conf, args)
+    run = JobRunner(conf, spec, **options).run()
     exits = {RunState.SUCCESS: ExitCode.OK, RunState.CANCELED: ExitCode.INTERRUPTED}
     return exits.get(run.state, ExitCode.JOB_FAILED)
+
+
+def jobs_schedule(conf: LakehouseConf, args: argparse.Namespace) -> int:
+    from pipelines.orchestration.runner import run_on_schedule
+    from pipelines.orchestration.runs import RunState
+    from pipelines.orchestration.schedule import Schedule
+
+    conf, spec, options = _job(conf, args)
+    cron = Schedule(args.cron, args.timezone or "UTC") if args.cron else None
+    runs = run_on_schedule(conf, spec, cron, runs=args.runs, **options)
+    failed = [r for r in runs if r.state not in (RunState.SUCCESS, RunState.CANCELED)]
+    return ExitCode.JOB_FAILED if failed else ExitCode.OK
 
 
 def produce(conf: LakehouseConf, args: argparse.Namespace) -> None:
@@ -282,6 +301,14 @@ def common_options(*, defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
+def job_arguments(p: argparse.ArgumentParser) -> None:
+    """A job spec and how its tasks run."""
+    p.add_argument("spec", type=Path)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
+    p.add_argument("--master", help="every task on this master, e.g. spark://127.0.0.1:7077")
+    p.add_argument("--grace-seconds", type=float, default=120, help="time to stop before SIGKILL")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakehouse",
@@ -337,10 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
         "jobs", help="Databricks-style multi-task jobs on open-source Spark", parents=common
     ).add_subparsers(dest="action", required=True)
     p = command("run", jobs_run, "a job spec (conf/jobs/*.yaml), its tasks as spark-submit", jobs)
-    p.add_argument("spec", type=Path)
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
-    p.add_argument("--master", help="every task on this master, e.g. spark://127.0.0.1:7077")
-    p.add_argument("--grace-seconds", type=float, default=120, help="time to stop before SIGKILL")
+    job_arguments(p)
+    p = command("schedule", jobs_schedule, "run a job spec at each time of its schedule", jobs)
+    job_arguments(p)
+    p.add_argument("--cron", help="a Quartz cron expression instead of the spec's schedule")
+    p.add_argument("--timezone", help="the --cron expression's time zone (default UTC)")
+    p.add_argument("--runs", type=int, help="stop after this many runs (default: run for ever)")
     p = command("validate", jobs_validate, "check a job spec without running it", jobs)
     p.add_argument("spec", type=Path)
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)

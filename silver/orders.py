@@ -13,6 +13,7 @@ SCHEMA = (
     "customer_id string NOT NULL, product_id string NOT NULL, quantity bigint NOT NULL, "
     "unit_price decimal(12,2) NOT NULL, currency string NOT NULL, updated_at timestamp NOT NULL"
 )
+CLUSTER_BY = ("order_id",)  # each batch's MERGE reads only the files its orders can be in
 PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
 EXPECTATIONS = (
     ("expect_column_values_to_not_be_null", {"column": "order_id"}),

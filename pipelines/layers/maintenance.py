@@ -1,26 +1,40 @@
-"""Table maintenance: the small files of many micro-batches compacted, the files no version
-within the retention needs removed, the log checkpointed.
+"""Table maintenance: the small files of many micro-batches compacted (and laid out as the table
+declares), the files no version within the retention needs removed, the log checkpointed.
 
-`lakehouse maintain [TABLE ...]` (every declared table that exists, by default). Compaction
-(OPTIMIZE) commits with `dataChange=false`: streaming readers of the table skip it. It retries
-when a concurrent write conflicts, as the layers' writes do. VACUUM keeps every file a version
-younger than `maintenance.vacuum_retention_hours` needs (at least Delta's 7 days: time travel,
-and readers that fall behind).
+`lakehouse maintain [TABLE ...]` (every declared table that exists, by default), or the shipped
+job `conf/jobs/maintenance.yaml` on its schedule. Compaction (OPTIMIZE) commits with
+`dataChange=false`: streaming readers of the table skip it. It retries when a concurrent write
+conflicts, as the layers' writes do. A table declared with `CLUSTER_BY` is clustered by it (liquid
+clustering, incremental); one with `ZORDER_BY` is Z-ordered within the partitions that new writes
+left in several small files (Z-ordering rewrites a whole partition: the others stay as they are).
+
+VACUUM keeps every file a version younger than `maintenance.vacuum_retention_hours` needs (at
+least Delta's 7 days: time travel, checkpoint recovery), and more when a streaming reader of the
+table is further behind: every checkpoint under the storage root is read, and the retention grows
+to cover the oldest version one of them has still to read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pipelines import logs
 from pipelines.config import LakehouseConf
-from pipelines.streaming.delta import retry_on_conflict
+from pipelines.layers.declared import declared_tables
+from pipelines.streaming import checkpoints
+from pipelines.streaming.delta import commit_info, retry_on_conflict, snapshot
+from pipelines.streaming.storage import Files
+from pipelines.streaming.tables import Table
 
 log = logs.get("maintenance")
+DEFAULT_MIN_FILE_SIZE = 1024**3  # Delta's: a file smaller than this is compacted
 
 
 @dataclass(frozen=True)
@@ -31,65 +45,239 @@ class Maintained:
     files_before: int  # data files of the current version
     files_after: int
     vacuumed: int  # files deleted from storage
+    compacted: tuple[int, int]  # OPTIMIZE's own count: files it removed, files it wrote
     version: int  # the version checkpointed
+    retention_hours: int = 168  # what VACUUM kept: the configured one, or more for a reader
 
     def describe(self) -> str:
         return (
-            f"{self.table}: {self.files_before:,} -> {self.files_after:,} files, "
-            f"{self.vacuumed:,} old files removed, log checkpointed at version {self.version}"
+            f"{self.table}: {self.files_before:,} -> {self.files_after:,} files (OPTIMIZE "
+            f"rewrote {self.compacted[0]:,} into {self.compacted[1]:,}), "
+            f"{self.vacuumed:,} old files removed (retention {self.retention_hours} h), "
+            f"log checkpointed at version {self.version}"
         )
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A streaming query reading a Delta table, and where it is: `version` is the first it has
+    not read in full (its offsets' `reservoirVersion`: the files that version adds, or while it
+    starts the whole snapshot of that version)."""
+
+    checkpoint: str
+    table_id: str
+    version: int
 
 
 def maintain(
     spark: SparkSession, conf: LakehouseConf, tables: list[str] | None = None
 ) -> list[Maintained]:
     """Maintain `tables` (names like `silver/orders`; default: every declared table that exists)."""
+    declared = declared_tables(conf)
     paths = {name: conf.table_path(name) for name in tables or _declared(conf)}
+    readers = stream_readers(spark, conf)
     done = []
     for name, path in paths.items():
         if not DeltaTable.isDeltaTable(spark, path):
             if tables:
                 log.warning("%s: no Delta table at %s; skipped", name, path)
             continue
-        done.append(maintain_table(spark, conf, name, path))
+        done.append(maintain_table(spark, conf, name, path, declared.get(name), readers))
         log.info("%s", done[-1].describe())
     return done
 
 
-def maintain_table(spark: SparkSession, conf: LakehouseConf, name: str, path: str) -> Maintained:
-    table = DeltaTable.forPath(spark, path)
-    before = _files(table)
-    retry_on_conflict(lambda: table.optimize().executeCompaction(), what=f"{name} (OPTIMIZE)")
-    doomed = _vacuum(spark, conf, name, path)
+def maintain_table(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    name: str,
+    path: str,
+    layout: Table | None = None,
+    readers: list[Reader] = (),
+) -> Maintained:
+    before = _files(spark, path)
+    compacted = _optimize(spark, name, path, layout)
+    hours = retention_hours(spark, conf, name, path, readers)
+    doomed = _vacuum(spark, conf, name, path, hours)
     jvm = spark._jvm
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-    return Maintained(name, before, _files(table), doomed, snapshot.version())
+    snap = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    delta_log.checkpoint(snap, jvm.scala.Option.empty())
+    after = _files(spark, path)
+    return Maintained(name, before, after, doomed, compacted, snap.version(), hours)
 
 
-def _vacuum(spark: SparkSession, conf: LakehouseConf, name: str, path: str) -> int:
+def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -> tuple[int, int]:
+    """Compact (a clustered table: cluster), or Z-order the partitions new writes fragmented;
+    returns how many files it removed and wrote."""
+    if layout is None or not layout.zorder_by:
+        result = retry_on_conflict(
+            lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(),
+            what=f"{name} (OPTIMIZE)",
+        )
+    elif (where := fragmented_partitions(spark, path, layout.partitioned_by)) is None:
+        return 0, 0  # every partition is one file already, or large files only
+    else:
+        result = retry_on_conflict(
+            lambda: (
+                DeltaTable.forPath(spark, path)
+                .optimize()
+                .where(where)
+                .executeZOrderBy(*layout.zorder_by)
+                .collect()
+            ),
+            what=f"{name} (OPTIMIZE ZORDER BY {', '.join(layout.zorder_by)})",
+        )
+    metrics = result[0]["metrics"]
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def fragmented_partitions(spark: SparkSession, path: str, columns: tuple[str, ...]) -> str | None:
+    """A predicate selecting the partitions with two or more small files (None: there are none;
+    "true": the table is not partitioned and has them), from the log's list of files."""
+    min_size = int(
+        spark.conf.get("spark.databricks.delta.optimize.minFileSize", str(DEFAULT_MIN_FILE_SIZE))
+    )
+    files = DataFrame(snapshot(spark, path).allFiles().toDF(), spark)
+    fragmented = (
+        files.where(F.col("size") < min_size)
+        .groupBy("partitionValues")
+        .count()
+        .where("count > 1")
+        .collect()
+    )
+    if not fragmented:
+        return None
+    if not columns:
+        return "true"
+    return " OR ".join(partition_predicate(row["partitionValues"], columns) for row in fragmented)
+
+
+def partition_predicate(values: dict[str, str | None], columns: tuple[str, ...]) -> str:
+    """`(a = 'x' AND b IS NULL)` for one partition's values (as the log holds them: strings)."""
+
+    def equals(column: str) -> str:
+        value = values.get(column)
+        if value is None:
+            return f"`{column}` IS NULL"
+        quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+        return f"`{column}` = '{quoted}'"
+
+    return "(" + " AND ".join(equals(c) for c in columns) + ")"
+
+
+def stream_readers(spark: SparkSession, conf: LakehouseConf) -> list[Reader]:
+    """Every streaming query with a checkpoint under the storage root that reads a Delta table,
+    where its last committed batch ended (before any: where its first planned one starts)."""
+    files, found = Files(spark), []
+    for checkpoint in _checkpoints(files, f"{conf.root}/_checkpoints", depth=3):
+        batches = checkpoints.batches(files, f"{checkpoint}/offsets")
+        committed = [b for b in checkpoints.batches(files, f"{checkpoint}/commits") if b in batches]
+        batch = max(committed) if committed else min(batches, default=None)
+        text = files.read_text(f"{checkpoint}/offsets/{batch}") if batch is not None else None
+        for source in checkpoints.source_offsets(text or ""):
+            if "reservoirId" in source and "reservoirVersion" in source:
+                found.append(
+                    Reader(checkpoint, source["reservoirId"], int(source["reservoirVersion"]))
+                )
+    return found
+
+
+def _checkpoints(files: Files, folder: str, depth: int) -> list[str]:
+    """The folders under `folder` (down to `depth` levels) that hold a streaming checkpoint."""
+    names = files.names(folder)
+    if "offsets" in names:
+        return [folder]
+    if depth == 0:
+        return []
+    return [c for n in sorted(names) for c in _checkpoints(files, f"{folder}/{n}", depth - 1)]
+
+
+def retention_hours(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    name: str,
+    path: str,
+    readers: list[Reader],
+    now: datetime | None = None,
+) -> int:
+    """The configured retention, or longer to keep what the furthest-behind reader of the table
+    still reads: every file removed since the first version it has not read in full."""
+    configured = conf.maintenance.vacuum_retention_hours
+    found = snapshot(spark, path)
+    mine = [r for r in readers if r.table_id == found.metadata().id()]
+    now = now or datetime.now(UTC)
+    hours, behind = configured, None
+    for reader in mine:
+        if reader.version > found.version():
+            continue  # it has read everything
+        committed = _commit_time(spark, found, reader.version)
+        if committed is None:
+            log.error(
+                "%s: reader %s is at version %d, which the log no longer holds: it cannot resume; "
+                "recreate its checkpoint (see README, 'A checkpoint is a cache')",
+                name,
+                reader.checkpoint,
+                reader.version,
+            )
+            continue
+        needed = math.ceil((now - committed).total_seconds() / 3600) + 1
+        if needed > hours:
+            hours, behind = needed, (reader, committed)
+    if behind:
+        reader, committed = behind
+        log.warning(
+            "%s: reader %s is %.1f days behind (version %d, committed %s): VACUUM keeps %d h "
+            "instead of maintenance.vacuum_retention_hours=%d, so that it loses nothing",
+            name,
+            reader.checkpoint,
+            (now - committed).total_seconds() / 86400,
+            reader.version,
+            committed.isoformat(timespec="seconds"),
+            hours,
+            configured,
+        )
+    return hours
+
+
+def _commit_time(spark: SparkSession, found, version: int) -> datetime | None:
+    """When `version` of the table was committed (its commitInfo), None if the log lost it."""
+    info = _commit_info(spark, found, version)
+    ms = info.get("inCommitTimestamp", info.get("timestamp"))
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _commit_info(spark: SparkSession, found, version: int) -> dict:
+    """The commitInfo of `version` of the table ({} if the log no longer holds it)."""
+    log_path = found.deltaLog().logPath().toString()
+    return commit_info(Files(spark).read_text(f"{log_path}/{version:020d}.json") or "")
+
+
+def _vacuum(spark: SparkSession, conf: LakehouseConf, name: str, path: str, hours: int) -> int:
     """VACUUM, LITE (the files the log says were removed: ~1 s here, where a FULL listing of the
     storage takes 35-45 s on a 12-file table) unless `maintenance.vacuum_full` or the log no
-    longer holds what LITE needs; returns how many files it deleted."""
-    hours, mode = conf.maintenance.vacuum_retention_hours, "LITE"
-    if conf.maintenance.vacuum_full:
-        mode = "FULL"
+    longer holds what LITE needs; returns how many files it deleted (its VACUUM END commit's
+    `numDeletedFiles`)."""
+    mode = "FULL" if conf.maintenance.vacuum_full else "LITE"
     vacuum = f"VACUUM delta.`{path}` {{mode}} RETAIN {hours} HOURS"
     try:
-        doomed = spark.sql(vacuum.format(mode=mode) + " DRY RUN").count()
+        spark.sql(vacuum.format(mode=mode)).collect()
     except AnalysisException as e:
         if mode == "FULL" or "LITE" not in str(e):
             raise
         log.info("%s: the log no longer holds what VACUUM LITE needs; a FULL one", name)
-        mode = "FULL"
-        doomed = spark.sql(vacuum.format(mode=mode) + " DRY RUN").count()
-    spark.sql(vacuum.format(mode=mode)).collect()
-    return doomed
+        spark.sql(vacuum.format(mode="FULL")).collect()
+    found = snapshot(spark, path)
+    for version in range(found.version(), max(-1, found.version() - 20), -1):
+        info = _commit_info(spark, found, version)
+        if info.get("operation") == "VACUUM END":
+            return int(info.get("operationMetrics", {}).get("numDeletedFiles", 0))
+    return 0
 
 
-def _files(table: DeltaTable) -> int:
-    return int(table.detail().first()["numFiles"])
+def _files(spark: SparkSession, path: str) -> int:
+    """Data files of the table's newest version (from its log's state, no Spark job once cached)."""
+    return int(snapshot(spark, path).numOfFiles())
 
 
 def _declared(conf: LakehouseConf) -> list[str]:

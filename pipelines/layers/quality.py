@@ -54,16 +54,9 @@ def suites(conf: LakehouseConf) -> list[Suite]:
     """A suite for every declared table with expectations, as configured."""
     import great_expectations.expectations as gxe  # heavy: imported only when checks run
 
-    from pipelines.layers import gold, silver
+    from pipelines.layers.declared import declared_tables
 
-    tables: dict[str, Table] = {}
-    for name, stream in conf.streams.items():
-        if stream.events_table and stream.quarantine_table:
-            tables.update(
-                (t.name, t) for t in silver.declarations(silver.silver_tables(conf, stream))
-            )
-        if stream.gold_tables:
-            tables.update(gold.gold_tables(conf, name).declarations)
+    tables = declared_tables(conf)
     settings = {"quality.known_share": 1.0 - conf.quality.unknown_share_max}
 
     def argument(value: object) -> object:

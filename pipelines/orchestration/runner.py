@@ -34,6 +34,7 @@ from pipelines.orchestration.runs import (
     close_dead_runs,
     record_attempt,
 )
+from pipelines.orchestration.schedule import Schedule
 from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Task, resolve
 from pipelines.spark_conf import session_settings
 
@@ -287,3 +288,65 @@ def last_error(log_path: Path) -> str:
     ours = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     exceptions = [line[:500] for line in lines if "Error" in line or "Exception" in line]
     return (ours or exceptions or [line[:500] for line in lines] or [""])[-1]
+
+
+def run_on_schedule(
+    conf: LakehouseConf,
+    spec: JobSpec,
+    schedule: Schedule | None = None,
+    *,
+    runs: int | None = None,
+    **options,
+) -> list[JobRun]:
+    """Run the job at each fire time of its schedule (or `schedule`), until SIGINT or SIGTERM, or
+    `runs` runs. One run at a time, as Databricks' default `max_concurrent_runs: 1`: a fire time
+    that comes while a run is still going is skipped, and said so. `options`: JobRunner's."""
+    schedule = schedule or spec.schedule
+    if schedule is None:
+        raise InvalidJobSpecError(
+            f"job spec {spec.source} has no schedule: add schedule.quartz_cron_expression, or "
+            "give one with --cron"
+        )
+    if schedule.paused:
+        raise InvalidJobSpecError(
+            f"job spec {spec.source}: schedule.pause_status is PAUSED; set UNPAUSED to run it on "
+            "its schedule (`lakehouse jobs run` runs it once now)"
+        )
+    echo = options.get("echo") or (lambda line: logs.get("jobs").info("%s", line))
+    stopping = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in STOP_SIGNALS if main}
+    done: list[JobRun] = []
+    last = datetime.now(UTC)
+    try:
+        while runs is None or len(done) < runs:
+            now = datetime.now(UTC)
+            fire = schedule.next_after(last)
+            if fire is None:
+                echo(f"[{spec.name}] schedule {schedule.expression!r}: no fire time left")
+                break
+            if fire < now:  # the previous run was still going: these fire times are skipped
+                skipped, fire = fires_between(schedule, fire, now), schedule.next_after(now)
+                echo(f"[{spec.name}] {skipped} fire time(s) skipped: the previous run was going")
+                if fire is None:
+                    break
+            echo(f"[{spec.name}] next run at {fire.isoformat()} ({schedule.expression!r})")
+            if stopping.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
+                break
+            last = fire
+            runner = JobRunner(conf, spec, **options)
+            done.append(runner.run())
+            if runner.stopping.is_set():  # the run was stopped by a signal: so is the schedule
+                break
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    echo(f"[{spec.name}] schedule stopped after {len(done)} run(s)")
+    return done
+
+
+def fires_between(schedule: Schedule, first: datetime, end: datetime) -> int:
+    count, fire = 0, first
+    while fire is not None and fire < end and count < 10_000:
+        count, fire = count + 1, schedule.next_after(fire)
+    return count

@@ -17,9 +17,12 @@ from typing import Any
 import yaml
 
 from pipelines.errors import ConfigError
+from pipelines.orchestration.schedule import InvalidScheduleError, Schedule
 
 JOB_KEYS = {"name", "description", "tasks", "job_clusters", "parameters", "timeout_seconds"}
 JOB_KEYS |= {"max_concurrent_runs", "tags", "email_notifications", "format", "continuous"}
+JOB_KEYS |= {"schedule"}
+SCHEDULE_KEYS = {"quartz_cron_expression", "timezone_id", "pause_status"}
 TASK_KEYS = {"task_key", "description", "depends_on", "spark_python_task", "job_cluster_key"}
 TASK_KEYS |= {"existing_cluster_id", "new_cluster", "max_retries", "min_retry_interval_millis"}
 TASK_KEYS |= {"retry_on_timeout", "timeout_seconds", "run_if", "libraries"}
@@ -72,6 +75,7 @@ class JobSpec:
     tasks: tuple[Task, ...]
     parameters: dict[str, str] = field(default_factory=dict)
     timeout_seconds: int = 0
+    schedule: Schedule | None = None  # `lakehouse jobs schedule` runs it at these times
 
 
 def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
@@ -146,6 +150,27 @@ class _SpecReader:
             where = f"job_clusters[{key}].new_cluster"
             clusters[key] = self.cluster(where, jc.get("new_cluster") or {})
         return clusters
+
+    def schedule(self) -> Schedule | None:
+        """`schedule: {quartz_cron_expression, timezone_id, pause_status}`, None without one."""
+        if (spec := self.data.get("schedule")) is None:
+            return None
+        if not isinstance(spec, dict) or not spec.get("quartz_cron_expression"):
+            self.problems.append("job.schedule.quartz_cron_expression: required, a string")
+            return None
+        self.unknown("job.schedule", spec, SCHEDULE_KEYS)
+        status = spec.get("pause_status", "UNPAUSED")
+        if status not in ("PAUSED", "UNPAUSED"):
+            self.problems.append(f"job.schedule.pause_status: {status!r} is not PAUSED or UNPAUSED")
+        try:
+            return Schedule(
+                str(spec["quartz_cron_expression"]),
+                str(spec.get("timezone_id", "UTC")),
+                paused=status == "PAUSED",
+            )
+        except InvalidScheduleError as e:
+            self.problems.append(f"job.schedule: {e}")
+            return None
 
     def _parameters(self) -> dict[str, str]:
         parameters = {}
@@ -239,11 +264,12 @@ def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec
     if cycle := find_cycle(deps):
         problems.append(f"tasks: dependency cycle {' -> '.join(cycle)}")
     timeout = reader.integer(data, "job", "timeout_seconds", 0)
+    schedule = reader.schedule()
     if problems:
         count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
         listing = "\n".join(f"  - {p}" for p in problems)
         raise InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
-    return JobSpec(name, source, tuple(tasks), reader.parameters, timeout)
+    return JobSpec(name, source, tuple(tasks), reader.parameters, timeout, schedule)
 
 
 def resolve(value: str, refs: dict[str, str]) -> str:

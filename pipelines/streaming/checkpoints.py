@@ -10,7 +10,8 @@ import re
 from pipelines.streaming.storage import Files
 
 
-def _batches(files: Files, folder: str) -> list[int]:
+def batches(files: Files, folder: str) -> list[int]:
+    """The batch ids that have a file in `folder` (`offsets`, `commits`), in order."""
     return sorted(int(n) for n in files.names(folder) if re.fullmatch(r"\d+", n))
 
 
@@ -73,10 +74,10 @@ def resume_offsets(files: Files, checkpoint: str, topic: str) -> dict[int, int] 
 
     A batch planned but not committed is re-run from the end of the last committed one.
     """
-    planned = _batches(files, f"{checkpoint}/offsets")
+    planned = batches(files, f"{checkpoint}/offsets")
     if not planned:
         return None
-    committed = [b for b in _batches(files, f"{checkpoint}/commits") if b in planned]
+    committed = [b for b in batches(files, f"{checkpoint}/commits") if b in planned]
     return batch_start_offsets(files, checkpoint, max(committed, default=-1) + 1, topic)
 
 

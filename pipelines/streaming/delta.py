@@ -101,7 +101,7 @@ def newest_tagged_batch(
                 f"cannot tell whether query {query} committed its batch to {path}: the table's "
                 f"log no longer holds version {version} (cleaned up); a re-run could duplicate it"
             )
-        info = _commit_info(store.read(file, hadoop).mkString("\n"))
+        info = commit_info(store.read(file, hadoop).mkString("\n"))
         record = json.loads(info.get("userMetadata") or "{}")
         if isinstance(record, dict) and record.get("query") == query and "batch" in record:
             return int(record["batch"])
@@ -111,7 +111,7 @@ def newest_tagged_batch(
     return None
 
 
-def _commit_info(commit: str) -> dict:
+def commit_info(commit: str) -> dict:
     """The commitInfo action of a Delta commit file's text ({} if it has none)."""
     for line in commit.splitlines():
         if line.startswith('{"commitInfo"'):

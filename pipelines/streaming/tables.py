@@ -2,13 +2,15 @@
 
 A table is declared next to the layer that owns it, by module constants (the layer packages
 import nothing of `pipelines`): `SCHEMA` (Spark DDL, the one notation, `NOT NULL` where a value
-is required), and optionally `PARTITIONED_BY`, `PROPERTIES` and `EXPECTATIONS` (Great
-Expectations 1.x expectation names with their arguments). A module that declares more than one
+is required), and optionally `PARTITIONED_BY`, `PROPERTIES`, `EXPECTATIONS` (Great
+Expectations 1.x expectation names with their arguments) and the layout maintenance keeps:
+`CLUSTER_BY` (liquid clustering, for an unpartitioned table: Delta refuses both) or `ZORDER_BY`
+(within the partitions of a partitioned one). A module that declares more than one
 table puts a prefix before each name (`GAPS_SCHEMA`). The configuration gives the table its name
 (`silver/orders`), from which its path follows.
 
 `ensure_table` creates a missing table; on an existing one it applies what Delta allows (a new
-nullable column, a new or changed property) and refuses anything else with a readable difference.
+nullable column, a new or changed property, new clustering columns) and refuses anything else with a readable difference.
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ class Table:
     properties: Mapping[str, str] = field(default_factory=dict)
     expectations: tuple[tuple[str, Mapping[str, object]], ...] = ()
     prepare: Callable[[DataFrame], DataFrame] | None = None  # derived columns the checks read
+    cluster_by: tuple[str, ...] = ()  # liquid clustering: OPTIMIZE clusters the rows by these
+    zorder_by: tuple[str, ...] = ()  # OPTIMIZE ZORDER BY these, within each partition
+
+    def __post_init__(self) -> None:
+        where = f"table {self.name}"
+        if self.cluster_by and (self.partitioned_by or self.zorder_by):
+            raise ConfigError(
+                f"{where}: CLUSTER_BY (liquid clustering) goes with neither PARTITIONED_BY nor "
+                "ZORDER_BY; Delta refuses both on one table"
+            )
+        if both := set(self.zorder_by) & set(self.partitioned_by):
+            raise ConfigError(f"{where}: ZORDER_BY {sorted(both)}: a partition column already")
 
     @property
     def catalog_name(self) -> str:
@@ -60,6 +74,8 @@ def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
         name=name,
         schema=getattr(m, f"{prefix}SCHEMA"),
         partitioned_by=tuple(getattr(m, f"{prefix}PARTITIONED_BY", ())),
+        cluster_by=tuple(getattr(m, f"{prefix}CLUSTER_BY", ())),
+        zorder_by=tuple(getattr(m, f"{prefix}ZORDER_BY", ())),
         properties=dict(getattr(m, f"{prefix}PROPERTIES", {})),
         expectations=tuple(getattr(m, f"{prefix}EXPECTATIONS", ())),
         prepare=getattr(m, f"{prefix}PREPARE_FOR_EXPECTATIONS", None),
@@ -82,6 +98,8 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
         if table.partitioned_by:
             builder = builder.partitionedBy(*table.partitioned_by)
+        if table.cluster_by:
+            builder = builder.clusterBy(*table.cluster_by)
         for key, value in table.properties.items():
             builder = builder.property(key, value)
         _clear_killed_creation(spark, path)
@@ -107,7 +125,21 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+    if table.cluster_by and clustering_columns(spark, path) != table.cluster_by:
+        # rows written before stay where they are until maintenance's next OPTIMIZE clusters them
+        spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(table.cluster_by)})")
     return path
+
+
+def clustering_columns(spark: SparkSession, path: str) -> tuple[str, ...]:
+    """The liquid clustering columns of the Delta table at `path` (none: not clustered), read
+    from its log: no Spark job."""
+    utils = spark._jvm.org.apache.spark.sql.delta.skipping.clustering.ClusteredTableUtils
+    found = utils.getClusteringColumnsOptional(snapshot(spark, path))
+    if not found.isDefined():
+        return ()
+    columns = found.get()
+    return tuple(columns.apply(i).physicalName().mkString(".") for i in range(columns.size()))
 
 
 def constraints(spark: SparkSession, path: str) -> tuple[list[str], dict[str, str]]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -350,3 +351,33 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
         }
         committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
         assert with_rows and with_rows <= committed, (task, with_rows, committed)
+
+
+def test_a_scheduled_job_runs_at_its_fire_times_one_run_at_a_time(lake, tmp_path):
+    """`lakehouse jobs schedule --cron '*/6 * * * * ?' --runs 2`: two runs, each started at a
+    fire time (a multiple of 6 s), each its own run in the runs table."""
+    spec = json.loads(_spec(tmp_path).read_text())
+    spec["tasks"] = spec["tasks"][:1]  # a: 1 s
+    path = tmp_path / "scheduled.json"
+    path.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "pipelines.cli", "jobs", "schedule", str(path)]
+    cmd += ["--cron", "*/6 * * * * ?", "--runs", "2", "--grace-seconds", "10"]
+    done = subprocess.run(
+        cmd, env=subprocess_env(lake), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    fires = [
+        datetime.fromisoformat(line.split("next run at ")[1].split(" ")[0])
+        for line in done.stderr.splitlines()
+        if "next run at" in line
+    ]
+    assert len(fires) == 2 and all(f.second % 6 == 0 and f.microsecond == 0 for f in fires)
+    assert "schedule stopped after 2 run(s)" in done.stderr
+    runs = {}
+    for row in read_runs(lake, None, 10):
+        runs.setdefault(row["run_id"], []).append((row["task"], row["state"]))
+    assert sorted(runs.values()) == [[("a", "SUCCESS")], [("a", "SUCCESS")]]
+    # each run began at its fire time (a run id is the runner's start, in ms)
+    starts = sorted(datetime.fromtimestamp(run_id / 1000, UTC) for run_id in runs)
+    late = [(s - f).total_seconds() for s, f in zip(starts, fires, strict=True)]
+    assert all(0 <= seconds < 2 for seconds in late), late

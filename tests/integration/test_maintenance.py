@@ -3,25 +3,43 @@ kept, the log checkpointed."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 
 from pipelines.config import InvalidConfigError
 from pipelines.layers.bronze import ensure_bronze_tables
-from pipelines.layers.maintenance import Maintained, maintain
+from pipelines.layers.gold import gold_tables, seed_dimensions
+from pipelines.layers.maintenance import (
+    Maintained,
+    Reader,
+    maintain,
+    retention_hours,
+    stream_readers,
+)
+from pipelines.layers.silver import silver_tables
 from pipelines.streaming.spark import local_frame
+from pipelines.streaming.tables import clustering_columns
+from tests import helpers
+from tests.conftest import subprocess_env
+from tests.integration.test_gold import START, gold_oracle, produce, seeds, table
+from tests.integration.test_silver import ORDER_COLUMNS, assert_silver_matches, oracle
+from tests.integration.test_silver import table as columns_of
 
 pytestmark = pytest.mark.integration
 RAW = "topic string, partition int, offset long, kafka_timestamp timestamp, value binary"
 
 
-def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lake):
-    ensure_bronze_tables(spark, lake, lake.stream("orders"))
-    path = lake.table_path("bronze/orders_raw")
+def append_rows(spark, path: str, offsets: range) -> None:
+    """One commit (one file) per row, as a quiet stream writes them."""
     now = datetime.now(UTC)
-    for offset in range(8):  # one file per micro-batch, as a quiet stream writes them
+    for offset in offsets:
         row = [("t", 0, offset, now, f"v{offset}".encode())]
         batch = local_frame(spark, row, RAW).selectExpr(
             "*",
@@ -30,12 +48,18 @@ def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lak
             "current_timestamp() AS ingested_at",
         )
         batch.write.format("delta").mode("append").save(path)
+
+
+def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lake):
+    ensure_bronze_tables(spark, lake, lake.stream("orders"))
+    path = lake.table_path("bronze/orders_raw")
+    append_rows(spark, path, range(8))
     before = spark.read.format("delta").load(path).collect()
 
     [done] = maintain(spark, lake, ["bronze/orders_raw"])
 
     # versions: 0 created, 1-8 appended, 9 compacted, 10 and 11 VACUUM's start and end
-    assert done == Maintained("bronze/orders_raw", 8, 1, 0, 11)
+    assert done == Maintained("bronze/orders_raw", 8, 1, 0, (8, 1), 11)
     after = spark.read.format("delta").load(path)
     assert sorted(after.collect()) == sorted(before)
     # the compacted files are gone from the table, not from storage: version 8 still reads
@@ -46,6 +70,137 @@ def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lak
     assert '"version":11' in (log / "_last_checkpoint").read_text()
 
 
+def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark, lake):
+    """A reader's checkpoint says which version it read last; when the next one is older than
+    the retention, VACUUM keeps files long enough for it (whole hours, one to spare)."""
+    ensure_bronze_tables(spark, lake, lake.stream("orders"))
+    path = lake.table_path("bronze/orders_raw")
+    append_rows(spark, path, range(3))  # versions 1-3
+    checkpoint = f"{lake.root}/_checkpoints/tests/reader"
+    query = (
+        spark.readStream.format("delta")
+        .load(path)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    append_rows(spark, path, range(3, 5))  # versions 4 and 5: not read yet
+
+    readers = stream_readers(spark, lake)
+    table_id = DeltaTable.forPath(spark, path).detail().first()["id"]
+    assert readers == [Reader(checkpoint, table_id, 4)]  # read through 3: 4 is next
+    now = datetime.now(UTC)
+    name = "bronze/orders_raw"
+    assert retention_hours(spark, lake, name, path, readers, now) == 168
+    # ten days on, version 4 was committed 240 h and a few seconds ago
+    later = now + timedelta(days=10)
+    assert retention_hours(spark, lake, name, path, readers, later) == 242
+    caught_up = [Reader(checkpoint, table_id, 6)]
+    assert retention_hours(spark, lake, name, path, caught_up, later) == 168
+    other_table = [Reader(checkpoint, "another-table-id", 0)]
+    assert retention_hours(spark, lake, name, path, other_table, later) == 168
+
+
 def test_a_vacuum_retention_shorter_than_a_week_is_refused(lake):
     with pytest.raises(InvalidConfigError, match="maintenance.vacuum_retention_hours"):
         lake.updated({"maintenance.vacuum_retention_hours": 24})
+
+
+def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_nothing(
+    spark, lake, tmp_path
+):
+    """The continuous pipeline job MERGEs the state and the gold tables in small batches while
+    maintenance runs over and over beside it: OPTIMIZE (clustering, Z-order) and VACUUM commits
+    land between the stream's, no batch fails (one run, exit 0 on SIGTERM), the small files are
+    compacted, and every table equals its oracle: nothing lost, nothing counted twice."""
+    seed_dimensions(spark, lake)
+    products, customers = seeds(lake, "products"), seeds(lake, "customers")
+    tables = gold_tables(lake)
+    silver = silver_tables(lake, lake.streams["orders"])
+    names = ["silver/order_events", "silver/orders", *tables.aggregates]
+    paths = [lake.table_path(n) for n in names]
+    env = subprocess_env(
+        lake,
+        JAVA_TOOL_OPTIONS="",
+        LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="60",  # small batches: small files
+        LAKEHOUSE__PIPELINE__STATE_TRIGGER_INTERVAL="1 second",
+    )
+    log = tmp_path / "pipeline.log"
+    rounds: list[list[Maintained]] = []
+    stop = threading.Event()
+
+    def maintain_over_and_over() -> None:
+        while not stop.is_set():
+            rounds.append(maintain(spark, lake, names))
+
+    def wait_for(done, what: str) -> None:
+        deadline = time.monotonic() + 300
+        while not done():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"{what}: {log.read_text()[-3000:]}"
+            time.sleep(0.5)
+
+    reports, start = [], START
+
+    def send(seed: int, orders: int) -> None:
+        nonlocal start
+        reports.append(produce(lake, seed, orders, start))
+        start = max(e[9] for e in oracle(reports[-1])["events"].values()) + timedelta(0, 1)
+        start = start.replace(tzinfo=UTC)
+
+    send(95, 40)  # ~100 records: a few batches, each MERGE its own small files
+    proc = helpers.start_job("pipelines.jobs.pipeline_job", env, log)
+    worker = threading.Thread(target=maintain_over_and_over)
+    try:
+        wait_for(lambda: all(helpers.delta_commits(p) > 2 for p in paths), "first MERGEs")
+        worker.start()
+        send(96, 20)  # the stream goes on, maintenance with it
+        wait_for(lambda: rounds, "a first maintenance round")
+        send(97, 20)  # these MERGEs come after the first round's OPTIMIZE
+        expected = oracle(*reports)
+        gold = gold_oracle((list(expected["events"].values()), products, customers))
+        orders = sorted(expected["orders"].values())
+        wait_for(
+            lambda: (
+                columns_of(spark, silver.state, ORDER_COLUMNS) == orders
+                and tuple(table(spark, p) for p in tables.aggregates.values()) == gold
+            ),
+            "the state and gold tables to match their oracles",
+        )
+    finally:
+        stop.set()
+        if worker.is_alive():
+            worker.join()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    assert code == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert text.count("query pipeline_orders started") == 1  # never restarted: no failed batch
+
+    # maintenance and the stream's MERGEs interleave: a MERGE before and after an OPTIMIZE
+    for path in (silver.state, *tables.aggregates.values()):
+        ops = [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()][::-1]
+        first = ops.index("OPTIMIZE")
+        assert "MERGE" in ops[:first] and "MERGE" in ops[first:], (path, ops)
+    # the first round compacted the small files of the MERGE target and the events table (a
+    # small gold table stays one file: each MERGE rewrites the file it updates)
+    first = {d.table: d.compacted for d in rounds[0]}
+    assert first["silver/orders"][0] > 1 and first["silver/orders"][1] == 1, rounds[0]
+    assert first["silver/order_events"][0] > first["silver/order_events"][1] > 0, rounds[0]
+
+    # with the stream stopped: each table (each events partition) in one file, rows unchanged
+    before = {p: spark.read.format("delta").load(p).collect() for p in paths}
+    final = {d.table: d for d in maintain(spark, lake, names)}
+    days = spark.read.format("delta").load(silver.events).select("event_date").distinct().count()
+    assert [final[n].files_after for n in names] == [days, 1, 1, 1]
+    for p in paths:
+        assert sorted(spark.read.format("delta").load(p).collect()) == sorted(before[p])
+    assert_silver_matches(spark, lake, expected)
+    assert tuple(table(spark, p) for p in tables.aggregates.values()) == gold
+    assert clustering_columns(spark, silver.state) == ("order_id",)
+    assert clustering_columns(spark, tables.aggregates["gold/revenue_by_category_1m"]) == (
+        "window_start",
+    )

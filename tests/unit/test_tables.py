@@ -2,7 +2,15 @@ import pytest
 from delta.tables import DeltaTable
 
 from bronze.ddl import column_names
-from pipelines.streaming.tables import Table, TableChangeRefusedError, declared, ensure_table
+from pipelines.errors import ConfigError
+from pipelines.layers.maintenance import partition_predicate
+from pipelines.streaming.tables import (
+    Table,
+    TableChangeRefusedError,
+    clustering_columns,
+    declared,
+    ensure_table,
+)
 
 V1 = Table("gold/t", "id string NOT NULL, n bigint", partitioned_by=("id",))
 
@@ -72,3 +80,31 @@ def test_a_log_folder_holding_a_file_is_never_cleared(spark, conf, tmp_path):
     with pytest.raises(Exception, match="DELTA_"):
         ensure_table(spark, conf, V1)
     assert (log / "_staged_commits" / "00000000000000000000.uuid.json").read_text() == "{}"
+
+
+def test_a_layout_delta_refuses_is_refused_where_it_is_declared():
+    with pytest.raises(ConfigError, match="table gold/t: CLUSTER_BY .* neither PARTITIONED_BY"):
+        Table("gold/t", "id string, n bigint", partitioned_by=("id",), cluster_by=("n",))
+    with pytest.raises(ConfigError, match=r"ZORDER_BY \['id'\]: a partition column already"):
+        Table("gold/t", "id string, n bigint", partitioned_by=("id",), zorder_by=("id",))
+    assert declared("silver.orders", "silver/orders").cluster_by == ("order_id",)
+    events = declared("silver.order_events", "silver/order_events")
+    assert (events.partitioned_by, events.zorder_by) == (("event_date",), ("event_id",))
+
+
+def test_a_declared_clustering_is_applied_to_an_existing_table(spark, conf):
+    plain = Table("gold/c", "id string NOT NULL, n bigint")
+    path = ensure_table(spark, conf, plain)
+    assert clustering_columns(spark, path) == ()
+    ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
+    assert clustering_columns(spark, path) == ("id",)
+    versions = DeltaTable.forPath(spark, path).history().count()
+    ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
+    assert DeltaTable.forPath(spark, path).history().count() == versions
+
+
+def test_a_partition_predicate_selects_exactly_one_partition():
+    assert partition_predicate({"d": "2026-11-25"}, ("d",)) == "(`d` = '2026-11-25')"
+    assert partition_predicate({"a": "it's", "b": None}, ("a", "b")) == (
+        "(`a` = 'it\\'s' AND `b` IS NULL)"
+    )

@@ -1,0 +1,460 @@
+"""Soak: the three layer jobs for hours at a steady rate, maintenance on its schedule, every
+resource sampled each minute; what grows, and by how much per hour.
+
+Usage:
+    .venv/bin/python -m bench.soak [--minutes 60] [--rate 1000] [--maintain-every 10]
+
+Runs the shipped specs as users do: `lakehouse jobs run conf/jobs/orders_continuous.yaml` (setup,
+then bronze, silver and gold as continuous jobs) and `lakehouse jobs schedule
+conf/jobs/maintenance.yaml` (at every `--maintain-every` minutes here; hourly as shipped), on a
+fresh root and topic, while a paced producer sends the reference stream with every twist. Every
+`--sample-seconds` it samples, without a Spark job of its own:
+
+- each layer job's JVM: heap after a full GC (`jcmd GC.run`, then `jstat`), metaspace, and the
+  RSS, open files and threads of the job's processes (the JVM and its Python driver);
+- each table: files and bytes on storage (data, and its `_delta_log`), the files of its current
+  version; each checkpoint and the event logs: files and bytes;
+- the Kafka lag (produced offsets less the offsets bronze's checkpoint committed), and how far
+  silver and gold are behind their source table (versions, and the age of the oldest commit they
+  have not read);
+- batch durations per query over the interval (the progress table), and freshness: bronze's
+  newest Kafka timestamp against now, then silver's and gold's time behind their source added.
+
+After `--warmup-minutes` the growth per hour of each figure is a least-squares slope. Figures
+allowed to grow (the data, the Delta logs within their retention, the rows of the progress, runs
+and quality tables, the rolled event logs within their bound) are marked so; every other figure
+should be flat, and the report names each one that is not. Figures go to bench/RESULTS.md and
+bench/results/soak-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from deltalake import DeltaTable as DeltaLake
+
+from bench.backlog import RESULTS, fresh, generate, record
+from bench.pipeline_job import REPO, job_env, produced
+from pipelines.config import LakehouseConf, load_config
+from pipelines.local import broker
+from pipelines.reference.orders_stream import StreamPlan, with_every_twist
+from pipelines.reference.producer import produce_plan
+
+LAYERS = ("bronze", "silver", "gold")
+# figures that may grow, and why; every other one should be flat after the warm-up
+ALLOWED = {
+    "data": "the data itself (and files a version within the VACUUM retention still needs)",
+    "log": "Delta log JSON within its retention (30 days), checkpointed by maintenance",
+    "rows": "rows of the progress, runs and quality tables",
+    "events": "Spark event logs, rolled, within max_files_to_retain per job",
+}
+
+
+def _proc(pid: int, name: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text()
+    except OSError:
+        return ""
+
+
+def _status(pid: int, key: str) -> int:
+    m = re.search(rf"^{key}:\s+(\d+)", _proc(pid, "status"), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += [int(c) for c in _proc(p, f"task/{p}/children").split()]
+    return found
+
+
+def job_jvms(root: str) -> dict[str, int]:
+    """The driver JVM of each layer job on this root: SparkSubmit with `--name <task>`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        args = _proc(int(entry.name), "cmdline").split("\0")
+        if "org.apache.spark.deploy.SparkSubmit" not in args or root not in " ".join(args):
+            continue
+        if "--name" in args:
+            found[args[args.index("--name") + 1]] = int(entry.name)
+    return found
+
+
+def jvm_figures(pid: int) -> dict[str, float]:
+    """Heap after a full GC and metaspace (MB), and the RSS (MB), open files and threads of the
+    JVM with its descendants (the Python driver)."""
+    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
+    out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.split("\n")
+    stats = dict(zip(lines[0].split(), map(float, lines[1].split()), strict=False))
+    heap = sum(stats.get(k, 0.0) for k in ("S0U", "S1U", "EU", "OU")) / 1024
+    procs = descendants(pid)
+    fds = sum(len(os.listdir(f"/proc/{p}/fd")) for p in procs if Path(f"/proc/{p}/fd").exists())
+    return {
+        "heap_after_gc_mb": round(heap, 1),
+        "metaspace_mb": round(stats.get("MU", 0.0) / 1024, 1),
+        "rss_mb": round(sum(_status(p, "VmRSS") for p in procs) / 1024, 1),
+        "open_files": fds,
+        "threads": sum(_status(p, "Threads") for p in procs),
+    }
+
+
+def folder_figures(path: Path) -> tuple[int, int]:
+    files = [f for f in path.rglob("*") if f.is_file()] if path.exists() else []
+    return len(files), sum(f.stat().st_size for f in files)
+
+
+def table_figures(path: Path) -> dict[str, int]:
+    log = path / "_delta_log"
+    log_files, log_bytes = folder_figures(log)
+    all_files, all_bytes = folder_figures(path)
+    figures = {
+        "data_files": all_files - log_files,
+        "data_mb": round((all_bytes - log_bytes) / 1e6, 2),
+        "log_files": log_files,
+        "log_mb": round(log_bytes / 1e6, 2),
+    }
+    try:
+        figures["live_files"] = len(DeltaLake(str(path)).file_uris())
+    except Exception:  # not created yet
+        figures["live_files"] = 0
+    return figures
+
+
+def commit_ms(table: Path, version: int) -> int | None:
+    try:
+        text = (table / "_delta_log" / f"{version:020d}.json").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith('{"commitInfo"'):
+            info = json.loads(line)["commitInfo"]
+            return info.get("inCommitTimestamp", info.get("timestamp"))
+    return None
+
+
+def table_version(table: Path) -> int:
+    names = [n.name for n in (table / "_delta_log").glob("*.json")]
+    return max((int(n.removesuffix(".json")) for n in names), default=-1)
+
+
+def committed_offsets(checkpoint: Path) -> list[dict]:
+    """The source offsets of the checkpoint's newest committed batch."""
+    commits = [int(f.name) for f in (checkpoint / "commits").glob("[0-9]*")]
+    if not commits:
+        return []
+    text = (checkpoint / "offsets" / str(max(commits))).read_text()
+    return [json.loads(line) for line in text.splitlines()[2:] if line.startswith("{")]
+
+
+def behind(checkpoint: Path, source: Path, now_ms: int) -> tuple[int, float]:
+    """How many versions of `source` the reader has not read in full, and the age (s) of the
+    oldest of them (0, 0: caught up)."""
+    version = next(
+        (o["reservoirVersion"] for o in committed_offsets(checkpoint) if "reservoirVersion" in o),
+        0,
+    )
+    newest = table_version(source)
+    if version > newest:
+        return 0, 0.0
+    ms = commit_ms(source, version)
+    return newest - version + 1, (now_ms - ms) / 1000 if ms else 0.0
+
+
+def progress_figures(conf: LakehouseConf, since_ms: int) -> dict[str, dict[str, float]]:
+    """Per query: batches, mean and max batch duration (s) since `since_ms` (progress table)."""
+    try:
+        dt = DeltaLake(conf.table_path(conf.progress_table.table))
+    except Exception:
+        return {}
+    rows = dt.to_pyarrow_table(columns=["event_time", "query_name", "batch_duration_ms"])
+    found: dict[str, list[float]] = {}
+    for r in rows.to_pylist():
+        if r["event_time"].timestamp() * 1000 >= since_ms:
+            found.setdefault(r["query_name"], []).append(r["batch_duration_ms"] / 1000)
+    figures = {
+        q: {"batches": len(d), "mean_s": round(sum(d) / len(d), 2), "max_s": round(max(d), 2)}
+        for q, d in sorted(found.items())
+    }
+    figures["progress_rows"] = {"rows": rows.num_rows}
+    return figures
+
+
+def bronze_freshness_s(conf: LakehouseConf, now_ms: int) -> float | None:
+    """Now less the newest Kafka timestamp bronze holds (the log's column statistics)."""
+    try:
+        actions = DeltaLake(conf.table_path("bronze/orders_raw")).get_add_actions(flatten=True)
+    except Exception:
+        return None
+    times = [t for t in actions.column("max.kafka_timestamp").to_pylist() if t is not None]
+    return (now_ms - max(times).timestamp() * 1000) / 1000 if times else None
+
+
+def sample(conf: LakehouseConf, started: float, since_ms: int) -> dict:
+    now_ms = int(time.time() * 1000)
+    root = Path(conf.root)
+    stream = conf.stream("orders")
+    s: dict = {"minute": round((time.time() - started) / 60, 2), "jobs": {}, "tables": {}}
+    for task, pid in sorted(job_jvms(conf.root).items()):
+        try:
+            s["jobs"][task] = jvm_figures(pid)
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass  # it ended meanwhile (a maintenance run)
+    for name, path in sorted(conf.table_names().items()):
+        s["tables"][name] = table_figures(Path(path))
+    s["checkpoints"] = {
+        str(c.relative_to(root / "_checkpoints")): dict(
+            zip(("files", "bytes"), folder_figures(c), strict=True)
+        )
+        for c in sorted((root / "_checkpoints").glob("*/*"))
+        if c.is_dir()
+    }
+    s["event_logs"] = dict(
+        zip(("files", "bytes"), folder_figures(Path(conf.event_log_dir)), strict=True)
+    )
+    bronze_ck = root / "_checkpoints" / stream.bronze_table
+    consumed = sum(
+        sum(int(v) for v in o.get(stream.topic, {}).values()) for o in committed_offsets(bronze_ck)
+    )
+    s["kafka_lag"] = produced(conf) - consumed
+    bronze, events = (
+        Path(conf.table_path(stream.bronze_table)),
+        Path(conf.table_path(stream.events_table)),
+    )
+    silver_versions, silver_s = behind(root / "_checkpoints" / stream.events_table, bronze, now_ms)
+    gold_versions, gold_s = behind(root / "_checkpoints" / "gold" / "orders", events, now_ms)
+    fresh_bronze = bronze_freshness_s(conf, now_ms)
+    s["behind"] = {
+        "silver_versions": silver_versions,
+        "silver_s": round(silver_s, 1),
+        "gold_versions": gold_versions,
+        "gold_s": round(gold_s, 1),
+    }
+    if fresh_bronze is not None:
+        s["freshness_s"] = {
+            "bronze": round(fresh_bronze, 1),
+            "silver": round(fresh_bronze + silver_s, 1),
+            "gold": round(fresh_bronze + silver_s + gold_s, 1),
+        }
+    s["batches"] = progress_figures(conf, since_ms)
+    s["sample_s"] = round(time.time() - now_ms / 1000, 1)
+    return s
+
+
+def series(samples: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """Each figure as (minute, value) points: `jobs.bronze.rss_mb`, `tables.silver.orders.log_mb`..."""
+    points: dict[str, list[tuple[float, float]]] = {}
+
+    def walk(prefix: str, value, minute: float) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v, minute)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            points.setdefault(prefix, []).append((minute, float(value)))
+
+    for s in samples:
+        walk("", {k: v for k, v in s.items() if k != "minute"}, s["minute"])
+    return points
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return 0.0 if var == 0 else 60 * sum((x - mx) * (y - my) for x, y in points) / var
+
+
+def kind(figure: str) -> str | None:
+    """Why a figure may grow (a key of ALLOWED), None if it should be flat."""
+    if figure.startswith("tables.") and figure.endswith((".data_files", ".data_mb")):
+        return "data"
+    if figure.startswith("tables.") and figure.endswith((".log_files", ".log_mb")):
+        return "log"
+    if figure.endswith("progress_rows.rows"):
+        return "rows"
+    if figure.startswith("event_logs."):
+        return "events"
+    return None
+
+
+def growth(samples: list[dict], warmup: float) -> list[dict]:
+    """Per figure after the warm-up: first and last value, growth per hour, and a verdict."""
+    rows = []
+    for figure, points in sorted(series(samples).items()):
+        after = [(x, y) for x, y in points if x >= warmup]
+        if len(after) < 3 or figure.endswith((".batches", "sample_s")):
+            continue
+        values = [y for _, y in after]
+        per_hour = slope_per_hour(after)
+        mean = sum(values) / len(values)
+        # flat: the fitted growth over an hour within 10% of the figure's mean (or 1 unit)
+        bound = max(0.10 * abs(mean), 1.0)
+        if abs(per_hour) <= bound:
+            verdict = "flat"
+        elif per_hour < 0:
+            verdict = "falls"
+        else:
+            verdict = f"grows: {kind(figure)}" if kind(figure) else "GROWS"
+        rows.append(
+            {
+                "figure": figure,
+                "first": values[0],
+                "last": values[-1],
+                "mean": round(mean, 2),
+                "per_hour": round(per_hour, 2),
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="how long the rate is sent")
+    parser.add_argument("--rate", type=float, default=1000.0, help="records/s")
+    parser.add_argument("--maintain-every", type=int, default=10, help="minutes between runs")
+    parser.add_argument("--sample-seconds", type=float, default=60.0)
+    parser.add_argument("--warmup-minutes", type=float, default=10.0)
+    parser.add_argument("--env", default="local")
+    args = parser.parse_args()
+
+    conf = load_config(args.env)
+    broker.start(conf)
+    conf = fresh(conf, "soak")
+    env = job_env(conf, args.env)
+    env["LAKEHOUSE__STORAGE__LOG_DIR"] = str(conf.log_dir)
+    lakehouse = str(Path(sys.executable).parent / "lakehouse")
+    total = int(args.rate * args.minutes * 60)
+    print(f"generating {total:,} records ...", flush=True)
+    records = generate(total, first_chunk=200)[:total]
+    logs = Path(conf.log_dir)
+    jobs = start(
+        [
+            lakehouse,
+            "jobs",
+            "run",
+            "conf/jobs/orders_continuous.yaml",
+            "--param",
+            f"env={args.env}",
+        ],
+        env,
+        logs / "soak-continuous.log",
+    )
+    cron = f"0 */{args.maintain_every} * * * ?"
+    maintenance = start(
+        [lakehouse, "jobs", "schedule", "conf/jobs/maintenance.yaml", "--cron", cron],
+        env,
+        logs / "soak-maintenance.log",
+    )
+    print(f"jobs started; logs in {logs}", flush=True)
+    while not set(LAYERS) <= set(job_jvms(conf.root)):
+        assert jobs.poll() is None, (logs / "soak-continuous.log").read_text()[-3000:]
+        time.sleep(2)
+    topic = conf.stream("orders").topic
+    sender = threading.Thread(
+        target=produce_plan,
+        args=(conf, StreamPlan(with_every_twist(), records), topic),
+        kwargs={"track": False, "rate": args.rate},
+    )
+    started = time.time()
+    sender.start()
+    samples: list[dict] = []
+    since_ms = int(started * 1000)
+    try:
+        while sender.is_alive():
+            time.sleep(max(0.0, started + len(samples) * args.sample_seconds - time.time()))
+            s = sample(conf, started, since_ms)
+            since_ms = int(time.time() * 1000)
+            samples.append(s)
+            heap = ", ".join(f"{k} {v['heap_after_gc_mb']:.0f}" for k, v in s["jobs"].items())
+            fresh_s = s.get("freshness_s", {}).get("gold", float("nan"))
+            print(
+                f"[soak] minute {s['minute']:.0f}: lag {s['kafka_lag']:,} records, gold "
+                f"freshness {fresh_s:.0f} s, heap after GC (MB) {heap}",
+                flush=True,
+            )
+    finally:
+        sender.join()
+        for proc in (jobs, maintenance):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in (jobs, maintenance):
+            proc.wait(timeout=300)
+    report = growth(samples, args.warmup_minutes)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"soak-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    payload = {"args": vars(args), "samples": samples, "growth": report}
+    out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    figures = summary(samples, report, args)
+    print("\n".join(figures))
+    command = (
+        f"python -m bench.soak --minutes {args.minutes:g} --rate {args.rate:g} "
+        f"--maintain-every {args.maintain_every}"
+    )
+    name = f"Soak at {args.rate:,.0f}/s for {args.minutes:g} min"
+    print(f"results: {out} and {record(name, command, figures)}")
+
+
+def summary(samples: list[dict], report: list[dict], args) -> list[str]:
+    last = samples[-1] if samples else {}
+    grows = [r for r in report if r["verdict"] == "GROWS"]
+    allowed = [r for r in report if r["verdict"].startswith("grows:")]
+    lines = [
+        f"{len(samples)} samples, {args.sample_seconds:g} s apart; growth per hour fitted after "
+        f"a {args.warmup_minutes:g}-minute warm-up; maintenance every {args.maintain_every} min",
+        f"final Kafka lag: {last.get('kafka_lag', 0):,} records; freshness (s) at the end: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in last.get("freshness_s", {}).items()),
+    ]
+    for task, figures in sorted(last.get("jobs", {}).items()):
+        key = f"jobs.{task}."
+        rows = {r["figure"].removeprefix(key): r for r in report if r["figure"].startswith(key)}
+        lines.append(
+            f"{task} JVM: "
+            + ", ".join(
+                f"{k} {figures[k]:g} ({rows[k]['per_hour']:+g}/h)" for k in figures if k in rows
+            )
+        )
+    lines.append(
+        f"flat (within 10% of the mean per hour): {sum(r['verdict'] == 'flat' for r in report)} "
+        f"figures; allowed to grow and growing: {len(allowed)}; growing and not allowed: "
+        f"**{len(grows)}**"
+    )
+    lines += [
+        f"GROWS: {r['figure']} {r['first']:g} -> {r['last']:g} ({r['per_hour']:+g}/h)"
+        for r in grows
+    ]
+    lines += [
+        f"{r['verdict']}: {r['figure']} {r['first']:g} -> {r['last']:g} ({r['per_hour']:+g}/h)"
+        for r in allowed
+        if r["figure"].endswith(("data_mb", "log_files", "rows", "bytes"))
+    ]
+    return lines
+
+
+if __name__ == "__main__":
+    main()
