@@ -13,7 +13,7 @@ fresh root and topic, while a paced producer sends the reference stream with eve
 - each layer job's JVM: heap after a full GC (`jcmd GC.run`, then `jstat`), metaspace, and the
   RSS, open files and threads of the job's processes (the JVM and its Python driver);
 - each table: files and bytes on storage (data, and its `_delta_log`), the files of its current
-  version; each checkpoint and the event logs: files and bytes;
+  version; each checkpoint, the event logs and the tasks' own logs: files and bytes;
 - the Kafka lag (produced offsets less the offsets bronze's checkpoint committed), and how far
   silver and gold are behind their source table (versions, and the age of the oldest commit they
   have not read);
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -115,8 +116,26 @@ def jvm_figures(pid: int) -> dict[str, float]:
 
 
 def folder_figures(path: Path) -> tuple[int, int]:
-    files = [f for f in path.rglob("*") if f.is_file()] if path.exists() else []
-    return len(files), sum(f.stat().st_size for f in files)
+    """Files and bytes under `path`; a file deleted meanwhile (VACUUM, Spark's checkpoint
+    clean-up) is not counted."""
+    count = size = 0
+    for f in path.rglob("*") if path.exists() else ():
+        try:
+            if f.is_file():
+                size += f.stat().st_size
+                count += 1
+        except FileNotFoundError:
+            continue
+    return count, size
+
+
+def task_logs(log_dir: Path) -> tuple[int, int]:
+    """Files and bytes of the runners' and tasks' own output: `<log dir>/<run id>/` folders and
+    the runners' files (the storage root may be the same folder: its tables are not counted)."""
+    folders = [d for d in log_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    runners = list(log_dir.glob("soak-*.log"))
+    found = [folder_figures(d) for d in folders] + [(1, f.stat().st_size) for f in runners]
+    return sum(c for c, _ in found), sum(b for _, b in found)
 
 
 def table_figures(path: Path) -> dict[str, int]:
@@ -227,6 +246,8 @@ def sample(conf: LakehouseConf, started: float, since_ms: int) -> dict:
     s["event_logs"] = dict(
         zip(("files", "bytes"), folder_figures(Path(conf.event_log_dir)), strict=True)
     )
+    # the runners' and tasks' own output (the layer jobs' progress lines, each maintenance run)
+    s["task_logs"] = dict(zip(("files", "bytes"), task_logs(Path(conf.log_dir)), strict=True))
     bronze_ck = root / "_checkpoints" / stream.bronze_table
     consumed = sum(
         sum(int(v) for v in o.get(stream.topic, {}).values()) for o in committed_offsets(bronze_ck)
@@ -268,7 +289,8 @@ def series(samples: list[dict]) -> dict[str, list[tuple[float, float]]]:
             points.setdefault(prefix, []).append((minute, float(value)))
 
     for s in samples:
-        walk("", {k: v for k, v in s.items() if k != "minute"}, s["minute"])
+        if not s.get("failed"):
+            walk("", {k: v for k, v in s.items() if k != "minute"}, s["minute"])
     return points
 
 
@@ -301,6 +323,8 @@ def growth(samples: list[dict], warmup: float) -> list[dict]:
     for figure, points in sorted(series(samples).items()):
         after = [(x, y) for x, y in points if x >= warmup]
         if len(after) < 3 or figure.endswith((".batches", "sample_s")):
+            continue
+        if figure.startswith("jobs.maintain."):  # a new JVM each run: no trend to fit
             continue
         values = [y for _, y in after]
         per_hour = slope_per_hour(after)
@@ -385,17 +409,30 @@ def main() -> None:
     sender.start()
     samples: list[dict] = []
     since_ms = int(started * 1000)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    lines = (
+        RESULTS / f"soak-{stamp}.samples.jsonl"
+    )  # each sample as it is taken: a crash keeps them
     try:
         while sender.is_alive():
             time.sleep(max(0.0, started + len(samples) * args.sample_seconds - time.time()))
-            s = sample(conf, started, since_ms)
+            try:
+                s = sample(conf, started, since_ms)
+            except Exception:  # a figure that could not be read: said, and the soak goes on
+                print(f"[soak] a sample failed:\n{traceback.format_exc()}", flush=True)
+                samples.append({"minute": round((time.time() - started) / 60, 2), "failed": 1})
+                continue
             since_ms = int(time.time() * 1000)
             samples.append(s)
+            with lines.open("a") as f:
+                f.write(json.dumps(s, default=str) + "\n")
             heap = ", ".join(f"{k} {v['heap_after_gc_mb']:.0f}" for k, v in s["jobs"].items())
             fresh_s = s.get("freshness_s", {}).get("gold", float("nan"))
             print(
                 f"[soak] minute {s['minute']:.0f}: lag {s['kafka_lag']:,} records, gold "
-                f"freshness {fresh_s:.0f} s, heap after GC (MB) {heap}",
+                f"freshness {fresh_s:.0f} s, heap after GC (MB) {heap} (sampled in "
+                f"{s['sample_s']:.1f} s)",
                 flush=True,
             )
     finally:
@@ -406,11 +443,13 @@ def main() -> None:
         for proc in (jobs, maintenance):
             proc.wait(timeout=300)
     report = growth(samples, args.warmup_minutes)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"soak-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    payload = {"args": vars(args), "samples": samples, "growth": report}
+    runs = task_attempts(logs / "soak-continuous.log") + task_attempts(
+        logs / "soak-maintenance.log"
+    )
+    out = RESULTS / f"soak-{stamp}.json"
+    payload = {"args": vars(args), "samples": samples, "growth": report, "attempts": runs}
     out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    figures = summary(samples, report, args)
+    figures = summary(samples, report, args, runs)
     print("\n".join(figures))
     command = (
         f"python -m bench.soak --minutes {args.minutes:g} --rate {args.rate:g} "
@@ -420,17 +459,36 @@ def main() -> None:
     print(f"results: {out} and {record(name, command, figures)}")
 
 
-def summary(samples: list[dict], report: list[dict], args) -> list[str]:
-    last = samples[-1] if samples else {}
+def task_attempts(log: Path) -> list[dict]:
+    """Each task attempt that ended, from a runner's output: task, state, seconds."""
+    pattern = re.compile(r"\] (\w+): attempt (\d+) (\w+) in ([\d.]+)s")
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [
+        {"task": m[1], "attempt": int(m[2]), "state": m[3], "seconds": float(m[4])}
+        for m in pattern.finditer(text)
+    ]
+
+
+def summary(samples: list[dict], report: list[dict], args, runs: list[dict]) -> list[str]:
+    last = next((s for s in reversed(samples) if not s.get("failed")), {})
+    maintenance = [r["seconds"] for r in runs if r["task"] == "maintain"]
+    failed = [r for r in runs if r["state"] == "FAILED"]
     grows = [r for r in report if r["verdict"] == "GROWS"]
     allowed = [r for r in report if r["verdict"].startswith("grows:")]
     lines = [
-        f"{len(samples)} samples, {args.sample_seconds:g} s apart; growth per hour fitted after "
+        f"{len(samples)} samples ({sum(bool(s.get('failed')) for s in samples)} failed), "
+        f"{args.sample_seconds:g} s apart; growth per hour fitted after "
         f"a {args.warmup_minutes:g}-minute warm-up; maintenance every {args.maintain_every} min",
         f"final Kafka lag: {last.get('kafka_lag', 0):,} records; freshness (s) at the end: "
         + ", ".join(f"{k} {v:.0f}" for k, v in last.get("freshness_s", {}).items()),
+        f"maintenance runs: {len(maintenance)}, "
+        + (f"{min(maintenance):.0f}-{max(maintenance):.0f} s each; " if maintenance else "")
+        + f"task attempts failed: **{len(failed)}**"
+        + "".join(f"; {r['task']} {r['state']}" for r in failed),
     ]
     for task, figures in sorted(last.get("jobs", {}).items()):
+        if task == "maintain":  # a new JVM each run: no trend
+            continue
         key = f"jobs.{task}."
         rows = {r["figure"].removeprefix(key): r for r in report if r["figure"].startswith(key)}
         lines.append(

@@ -124,10 +124,12 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     changed = {k: v for k, v in table.properties.items() if properties.get(k) != v}
     if changed:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+        alter = f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})"
+        retry_on_conflict(lambda: spark.sql(alter), what=table.name)  # idempotent: retried
     if table.cluster_by and clustering_columns(spark, path) != table.cluster_by:
         # rows written before stay where they are until maintenance's next OPTIMIZE clusters them
-        spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(table.cluster_by)})")
+        cluster = f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(table.cluster_by)})"
+        retry_on_conflict(lambda: spark.sql(cluster), what=table.name)  # idempotent: retried
     return path
 
 

@@ -53,21 +53,21 @@ def append_rows(spark, path: str, offsets: range) -> None:
 def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lake):
     ensure_bronze_tables(spark, lake, lake.stream("orders"))
     path = lake.table_path("bronze/orders_raw")
-    append_rows(spark, path, range(8))
+    append_rows(spark, path, range(4))
     before = spark.read.format("delta").load(path).collect()
 
     [done] = maintain(spark, lake, ["bronze/orders_raw"])
 
-    # versions: 0 created, 1-8 appended, 9 compacted, 10 and 11 VACUUM's start and end
-    assert done == Maintained("bronze/orders_raw", 8, 1, 0, (8, 1), 11)
+    # versions: 0 created, 1-4 appended, 5 compacted, 6 and 7 VACUUM's start and end
+    assert done == Maintained("bronze/orders_raw", 4, 1, 0, (4, 1), 7)
     after = spark.read.format("delta").load(path)
     assert sorted(after.collect()) == sorted(before)
-    # the compacted files are gone from the table, not from storage: version 8 still reads
-    assert spark.read.format("delta").option("versionAsOf", 8).load(path).count() == 8
-    # and the log is checkpointed at the new version: a reader starts from it, not from 12 JSONs
+    # the compacted files are gone from the table, not from storage: version 4 still reads
+    assert spark.read.format("delta").option("versionAsOf", 4).load(path).count() == 4
+    # and the log is checkpointed at the new version: a reader starts from it, not from 8 JSONs
     log = Path(path) / "_delta_log"
-    assert (log / "00000000000000000011.checkpoint.parquet").is_file()
-    assert '"version":11' in (log / "_last_checkpoint").read_text()
+    assert (log / "00000000000000000007.checkpoint.parquet").is_file()
+    assert '"version":7' in (log / "_last_checkpoint").read_text()
 
 
 def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark, lake):
@@ -191,13 +191,11 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
     assert first["silver/orders"][0] > 1 and first["silver/orders"][1] == 1, rounds[0]
     assert first["silver/order_events"][0] > first["silver/order_events"][1] > 0, rounds[0]
 
-    # with the stream stopped: each table (each events partition) in one file, rows unchanged
-    before = {p: spark.read.format("delta").load(p).collect() for p in paths}
+    # with the stream stopped: each table (each events partition) in one file, and every table
+    # still its oracle
     final = {d.table: d for d in maintain(spark, lake, names)}
     days = spark.read.format("delta").load(silver.events).select("event_date").distinct().count()
     assert [final[n].files_after for n in names] == [days, 1, 1, 1]
-    for p in paths:
-        assert sorted(spark.read.format("delta").load(p).collect()) == sorted(before[p])
     assert_silver_matches(spark, lake, expected)
     assert tuple(table(spark, p) for p in tables.aggregates.values()) == gold
     assert clustering_columns(spark, silver.state) == ("order_id",)
