@@ -17,6 +17,7 @@ to cover the oldest version one of them has still to read.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -93,18 +94,15 @@ def maintain_table(
     name: str,
     path: str,
     layout: Table | None = None,
-    readers: list[Reader] = (),
+    readers: Sequence[Reader] = (),
 ) -> Maintained:
     before = _files(spark, path)
     compacted = _optimize(spark, name, path, layout)
     hours = retention_hours(spark, conf, name, path, readers)
     doomed = _vacuum(spark, conf, name, path, hours)
-    jvm = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snap = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    delta_log.checkpoint(snap, jvm.scala.Option.empty())
-    after = _files(spark, path)
-    return Maintained(name, before, after, doomed, compacted, snap.version(), hours)
+    snap = snapshot(spark, path)
+    snap.deltaLog().checkpoint(snap, spark._jvm.scala.Option.empty())
+    return Maintained(name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours)
 
 
 def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -> tuple[int, int]:
@@ -198,7 +196,7 @@ def retention_hours(
     conf: LakehouseConf,
     name: str,
     path: str,
-    readers: list[Reader],
+    readers: Sequence[Reader],
     now: datetime | None = None,
 ) -> int:
     """The configured retention, or longer to keep what the furthest-behind reader of the table
