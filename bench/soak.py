@@ -50,6 +50,8 @@ from pipelines.config import LakehouseConf, load_config
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
+from pipelines.streaming.checkpoints import source_offsets
+from pipelines.streaming.delta import commit_time_ms
 
 LAYERS = ("bronze", "silver", "gold")
 # figures that may grow, and why; every other one should be flat after the warm-up
@@ -157,14 +159,9 @@ def table_figures(path: Path) -> dict[str, int]:
 
 def commit_ms(table: Path, version: int) -> int | None:
     try:
-        text = (table / "_delta_log" / f"{version:020d}.json").read_text()
+        return commit_time_ms((table / "_delta_log" / f"{version:020d}.json").read_text())
     except OSError:
         return None
-    for line in text.splitlines():
-        if line.startswith('{"commitInfo"'):
-            info = json.loads(line)["commitInfo"]
-            return info.get("inCommitTimestamp", info.get("timestamp"))
-    return None
 
 
 def table_version(table: Path) -> int:
@@ -177,8 +174,7 @@ def committed_offsets(checkpoint: Path) -> list[dict]:
     commits = [int(f.name) for f in (checkpoint / "commits").glob("[0-9]*")]
     if not commits:
         return []
-    text = (checkpoint / "offsets" / str(max(commits))).read_text()
-    return [json.loads(line) for line in text.splitlines()[2:] if line.startswith("{")]
+    return source_offsets((checkpoint / "offsets" / str(max(commits))).read_text())
 
 
 def behind(checkpoint: Path, source: Path, now_ms: int) -> tuple[int, float]:

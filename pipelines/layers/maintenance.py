@@ -30,7 +30,7 @@ from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.layers.declared import declared_tables
 from pipelines.streaming import checkpoints
-from pipelines.streaming.delta import commit_info, retry_on_conflict, snapshot
+from pipelines.streaming.delta import commit_info, commit_time_ms, retry_on_conflict, snapshot
 from pipelines.streaming.storage import Files
 from pipelines.streaming.tables import Table
 
@@ -239,9 +239,9 @@ def retention_hours(
 
 
 def _commit_time(spark: SparkSession, found, version: int) -> datetime | None:
-    """When `version` of the table was committed (its commitInfo), None if the log lost it."""
-    info = _commit_info(spark, found, version)
-    ms = info.get("inCommitTimestamp", info.get("timestamp"))
+    """When `version` of the table was committed, None if the log lost it."""
+    log_path = found.deltaLog().logPath().toString()
+    ms = commit_time_ms(Files(spark).read_text(f"{log_path}/{version:020d}.json") or "")
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 

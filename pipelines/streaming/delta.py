@@ -119,6 +119,13 @@ def commit_info(commit: str) -> dict:
     return {}
 
 
+def commit_time_ms(commit: str) -> int | None:
+    """When a commit was made (its in-commit timestamp if the table has them), from the text of
+    its file; None without a commitInfo."""
+    info = commit_info(commit)
+    return info.get("inCommitTimestamp", info.get("timestamp"))
+
+
 def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
     """Run a Delta write, retrying when a concurrent transaction made it conflict."""
     for attempt in range(1, attempts):
