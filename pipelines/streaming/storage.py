@@ -5,6 +5,7 @@ here touches a storage path with pathlib or os."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -43,8 +44,12 @@ class Files:
         return data.decode("utf-8", errors="replace")
 
     def write_text(self, path: str, text: str) -> None:
-        """Write (or replace) the file; on an object store it appears whole when closed."""
+        """Write (or replace) the file; a reader sees the old text or the new, never a part
+        (a local disk: a new file renamed over it; an object store: a PUT on close)."""
         p, fs = self._fs(path)
+        if fs.getScheme() == "file":
+            _replace_local(Path(p.toUri().getPath()), text)
+            return
         stream = fs.create(p, True)
         try:
             stream.write(bytearray(text.encode()))
@@ -116,12 +121,30 @@ class Files:
             )
 
 
-def _create_local(file: Path, text: str) -> bool:
+def _staged(file: Path, text: str) -> Path:
+    """`text` in a hidden file beside `file`, flushed, for an atomic rename or link."""
     file.parent.mkdir(parents=True, exist_ok=True)
+    staged = file.with_name(f".{file.name}.{uuid.uuid4().hex}.tmp")
+    with staged.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return staged
+
+
+def _replace_local(file: Path, text: str) -> None:
+    os.replace(_staged(file, text), file)
+    # a checksum Hadoop wrote for the old text would fail the next read through Hadoop
+    file.with_name(f".{file.name}.crc").unlink(missing_ok=True)
+
+
+def _create_local(file: Path, text: str) -> bool:
+    """A hard link fails if `file` exists, and shows it whole: never empty, never a part."""
+    staged = _staged(file, text)
     try:
-        fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.link(staged, file)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    finally:
+        staged.unlink()
     return True

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as DeltaLake
+from deltalake.exceptions import TableNotFoundError
 
 from pipelines.config import InvalidConfigError
 from pipelines.layers.bronze import ensure_bronze_tables
@@ -34,6 +36,14 @@ from tests.integration.test_silver import table as columns_of
 
 pytestmark = pytest.mark.integration
 RAW = "topic string, partition int, offset long, kafka_timestamp timestamp, value binary"
+
+
+def live_files(path: str) -> int:
+    """The files of a table's current version (0 before it exists)."""
+    try:
+        return len(DeltaLake(path).file_uris())
+    except TableNotFoundError:
+        return 0
 
 
 def append_rows(spark, path: str, offsets: range) -> None:
@@ -154,7 +164,15 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
     proc = helpers.start_job("pipelines.jobs.pipeline_job", env, log)
     worker = threading.Thread(target=maintain_over_and_over)
     try:
-        wait_for(lambda: all(helpers.delta_commits(p) > 2 for p in paths), "first MERGEs")
+        # several files in the MERGE target and the events table (several commits alone are
+        # not: creating a table takes more than one, and a MERGE may rewrite its one file)
+        wait_for(
+            lambda: (
+                all(helpers.delta_commits(p) > 2 for p in paths)
+                and min(live_files(silver.state), live_files(silver.events)) > 1
+            ),
+            "first MERGEs",
+        )
         worker.start()
         send(96, 20)  # the stream goes on, maintenance with it
         wait_for(lambda: rounds, "a first maintenance round")

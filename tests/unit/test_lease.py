@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -66,3 +67,27 @@ def test_a_holder_whose_lease_was_taken_over_learns_it_when_it_renews(spark, tmp
         first.renewed = 0.0
         with pytest.raises(CheckpointInUseError, match="lease lost"):
             first.renew()
+
+
+def test_a_lease_being_renewed_is_read_whole_and_its_holder_named(spark, tmp_path):
+    """A renewal replaces the lease's file while a second job reads it (the CI run of 2eb6400
+    read it empty, mid-write, and named the holder '?')."""
+    checkpoint = str(tmp_path / "checkpoint")
+    stop = threading.Event()
+    with CheckpointLease(spark, checkpoint, "the bronze job") as lease:
+
+        def renew_over_and_over() -> None:
+            while not stop.is_set():
+                lease.renewed = 0.0  # due at once
+                lease.renew()
+
+        renewer = threading.Thread(target=renew_over_and_over)
+        renewer.start()
+        try:
+            for _ in range(200):
+                holder, _age = CheckpointLease(spark, checkpoint, "the bronze job")._read(0)
+                assert holder.get("pid") == os.getpid(), holder
+        finally:
+            stop.set()
+            renewer.join()
+    assert os.listdir(tmp_path / "checkpoint" / "_lease") == []  # no staged file left behind
