@@ -48,6 +48,7 @@ from bench.backlog import RESULTS, fresh, generate, record
 from bench.pipeline_job import REPO, job_env, produced
 from pipelines.config import LakehouseConf, load_config
 from pipelines.local import broker
+from pipelines.local.processes import die_with_parent
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 from pipelines.streaming.checkpoints import source_offsets
@@ -349,7 +350,13 @@ def growth(samples: list[dict], warmup: float) -> list[dict]:
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # a killed soak takes its runners with it
         )
 
 
