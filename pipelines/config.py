@@ -189,6 +189,12 @@ class LogConf(_Section):
 
     level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "INFO"
     format: Literal["text", "json"] = "text"  # json: one object per line, the JVM's lines too
+    # the job runner's task logs (<log dir>/<run id>/<task>-<attempt>.log): a long-running task's
+    # rotated at task_max_mb (task_backups copies kept), a run's removed task_retention_days after
+    # its last line
+    task_max_mb: Count = 64
+    task_backups: Count = 3
+    task_retention_days: Count = 30
 
 
 class StreamConf(_Section):

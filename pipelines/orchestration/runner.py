@@ -36,6 +36,7 @@ from pipelines.orchestration.runs import (
 )
 from pipelines.orchestration.schedule import Schedule
 from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Task, resolve
+from pipelines.orchestration.task_logs import remove_old_runs, rotate
 from pipelines.spark_conf import session_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -131,7 +132,8 @@ class JobRunner:
         start = datetime.now(UTC)
         running = Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path))
         self._record(run, running, f"attempt {attempt} started (log {log_path})")
-        with open(log_path, "wb", buffering=0) as log:  # unbuffered: the command line comes first
+        # appending and unbuffered: the command line comes first, and a rotation's cut holds
+        with open(log_path, "ab", buffering=0) as log:
             log.write(("$ " + " ".join(cmd) + "\n").encode())
             # SIGTERM to the task if this thread ends (the runner died): it stops gracefully
             proc = subprocess.Popen(
@@ -142,20 +144,22 @@ class JobRunner:
                 start_new_session=True,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 (one prctl call, resolved before the fork)
             )
-        timed_out, code = self._wait(task, proc), proc.returncode
+        timed_out, code = self._wait(task, proc, log_path), proc.returncode
         state, message = self._outcome(task, code, timed_out, log_path)
         end = datetime.now(UTC)
         return Attempt(task.key, attempt, state, start, end, code, message, str(log_path))
 
-    def _wait(self, task: Task, proc: subprocess.Popen) -> bool:
-        """Wait for the attempt to end, stopping it on timeout or on request; True: timed out."""
+    def _wait(self, task: Task, proc: subprocess.Popen, log: Path) -> bool:
+        """Wait for the attempt to end, stopping it on timeout or on request, its log rotated by
+        size meanwhile; True: timed out."""
         deadline = time.monotonic() + (task.timeout_seconds or math.inf)
+        limit = self.conf.log.task_max_mb * 1024**2
         while not self.stopping.is_set() and time.monotonic() < deadline:
             try:
                 proc.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
                 return False
             except subprocess.TimeoutExpired:
-                pass  # look at the stop request and the deadline again
+                rotate(log, limit, self.conf.log.task_backups)  # then look at stop and deadline
         timed_out = not self.stopping.is_set()
         why = f"timed out after {task.timeout_seconds}s" if timed_out else "stop requested"
         self._say(f"{task.key}: {why}; stopping it (SIGTERM)")
@@ -258,6 +262,8 @@ class JobRunner:
             self.done.notify_all()
 
     def run(self) -> JobRun:
+        for old in remove_old_runs(self.conf.log_dir, self.conf.log.task_retention_days):
+            self._say(f"removed the logs of run {old.name} (log.task_retention_days)")
         self.logs.mkdir(parents=True, exist_ok=True)
         for closed in close_dead_runs(self.conf):
             self._say(f"closed {closed}")
