@@ -67,14 +67,15 @@ def commit() -> str:
     return head.stdout.strip() + ("+" if dirty else "")
 
 
-def record(name: str, command: str, figures: list[str]) -> Path:
+def record(name: str, command: str, figures: list[str], ran_on: str | None = None) -> Path:
     """Put a benchmark's latest figures in bench/RESULTS.md, in its own section (replaced each
-    run), with the date, the commit and the command; returns the file."""
+    run), with the date, the commit (`ran_on`: the one a long run started on) and the command;
+    returns the file."""
     path = Path(__file__).parent / "RESULTS.md"
     text = path.read_text() if path.exists() else RESULTS_HEADER
     heading = f"## {name}\n"
     body = (
-        f"{heading}\n- when: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}, "
+        f"{heading}\n- when: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {ran_on or commit()}, "
         f"{os.cpu_count()} cores\n- command: `{command}`\n"
         + "".join(f"- {line}\n" for line in figures)
         + "\n"

@@ -3,6 +3,7 @@ resource sampled each minute; what grows, and by how much per hour.
 
 Usage:
     .venv/bin/python -m bench.soak [--minutes 60] [--rate 1000] [--maintain-every 10]
+    .venv/bin/python -m bench.soak --report bench/results/soak-<time>.json   # its report again
 
 Runs the shipped specs as users do: `lakehouse jobs run conf/jobs/orders_continuous.yaml` (setup,
 then bronze, silver and gold as continuous jobs) and `lakehouse jobs schedule
@@ -44,10 +45,10 @@ from pathlib import Path
 
 from deltalake import DeltaTable as DeltaLake
 
-from bench.backlog import RESULTS, fresh, generate, record
+from bench.backlog import RESULTS, commit, fresh, generate, record
 from bench.pipeline_job import REPO, job_env, produced
 from pipelines.config import LakehouseConf, load_config
-from pipelines.local import broker
+from pipelines.local import broker, history
 from pipelines.local.processes import die_with_parent
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
@@ -60,7 +61,9 @@ ALLOWED = {
     "data": "the data itself (and files a version within the VACUUM retention still needs)",
     "log": "Delta log JSON within its retention (30 days), checkpointed by maintenance",
     "rows": "rows of the progress, runs and quality tables",
-    "events": "Spark event logs, rolled, within max_files_to_retain per job",
+    "events": "Spark event logs: rolled; the History Server compacts each job's beyond "
+    "event_log.max_files_to_retain",
+    "task logs": "the tasks' own output: rotated at log.task_max_mb, log.task_backups copies kept",
 }
 
 
@@ -100,22 +103,49 @@ def job_jvms(root: str) -> dict[str, int]:
 
 
 def jvm_figures(pid: int) -> dict[str, float]:
-    """Heap after a full GC and metaspace (MB), and the RSS (MB), open files and threads of the
-    JVM with its descendants (the Python driver)."""
+    """Heap after a full GC, the heap the JVM has committed and metaspace (MB); the RSS (MB) of
+    the JVM and of its descendants (the Python driver), their open files and threads; with
+    Native Memory Tracking on, what the JVM committed by category and the RSS it does not track
+    (native libraries' own allocations)."""
     subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
     out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=60)
     lines = out.stdout.split("\n")
     stats = dict(zip(lines[0].split(), map(float, lines[1].split()), strict=False))
     heap = sum(stats.get(k, 0.0) for k in ("S0U", "S1U", "EU", "OU")) / 1024
+    committed = sum(stats.get(k, 0.0) for k in ("S0C", "S1C", "EC", "OC")) / 1024
     procs = descendants(pid)
     fds = sum(len(os.listdir(f"/proc/{p}/fd")) for p in procs if Path(f"/proc/{p}/fd").exists())
-    return {
+    jvm_rss = _status(pid, "VmRSS") / 1024
+    figures = {
         "heap_after_gc_mb": round(heap, 1),
+        "heap_committed_mb": round(committed, 1),
         "metaspace_mb": round(stats.get("MU", 0.0) / 1024, 1),
         "rss_mb": round(sum(_status(p, "VmRSS") for p in procs) / 1024, 1),
+        "jvm_rss_mb": round(jvm_rss, 1),
         "open_files": fds,
         "threads": sum(_status(p, "Threads") for p in procs),
+        "jvm_threads": _status(pid, "Threads"),
     }
+    nmt = native_memory(pid)
+    if nmt:
+        figures |= {f"nmt_{k}_mb": v for k, v in nmt.items()}
+        figures["untracked_native_mb"] = round(jvm_rss - nmt["total"], 1)
+    return figures
+
+
+def native_memory(pid: int) -> dict[str, float]:
+    """What the JVM committed (MB) by Native Memory Tracking's category; {} when it is off."""
+    out = subprocess.run(
+        ["jcmd", str(pid), "VM.native_memory", "summary", "scale=KB"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    total = re.search(r"^Total: reserved=\d+KB, committed=(\d+)KB", out, re.M)
+    found = {"total": round(int(total[1]) / 1024, 1)} if total else {}
+    for m in re.finditer(r"^(?:-\s+)?([\w ]+?)\s*\(reserved=\d+KB, committed=(\d+)KB", out, re.M):
+        found[m[1].strip().lower().replace(" ", "_")] = round(int(m[2]) / 1024, 1)
+    return found
 
 
 def folder_figures(path: Path) -> tuple[int, int]:
@@ -226,7 +256,10 @@ def sample(conf: LakehouseConf, started: float, since_ms: int) -> dict:
     root = Path(conf.root)
     stream = conf.stream("orders")
     s: dict = {"minute": round((time.time() - started) / 60, 2), "jobs": {}, "tables": {}}
-    for task, pid in sorted(job_jvms(conf.root).items()):
+    jvms = job_jvms(conf.root)
+    if (server := history.status(conf).pid) is not None:
+        jvms["history"] = server  # the History Server an operator runs beside the jobs
+    for task, pid in sorted(jvms.items()):
         try:
             s["jobs"][task] = jvm_figures(pid)
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
@@ -311,6 +344,8 @@ def kind(figure: str) -> str | None:
         return "rows"
     if figure.startswith("event_logs."):
         return "events"
+    if figure.startswith("task_logs."):
+        return "task logs"
     return None
 
 
@@ -368,13 +403,26 @@ def main() -> None:
     parser.add_argument("--sample-seconds", type=float, default=60.0)
     parser.add_argument("--warmup-minutes", type=float, default=10.0)
     parser.add_argument("--env", default="local")
+    parser.add_argument(
+        "--report", type=Path, help="a soak's results JSON: its report again, nothing run"
+    )
     args = parser.parse_args()
+    if args.report:
+        payload = json.loads(args.report.read_text())
+        ran = argparse.Namespace(**payload["args"])
+        report(payload["samples"], ran, payload["attempts"], payload.get("commit"))
+        return
+    ran_on = commit()
 
     conf = load_config(args.env)
     broker.start(conf)
     conf = fresh(conf, "soak")
     env = job_env(conf, args.env)
     env["LAKEHOUSE__STORAGE__LOG_DIR"] = str(conf.log_dir)
+    # what each JVM commits natively, by category (a few % of CPU)
+    env["JAVA_TOOL_OPTIONS"] = "-XX:NativeMemoryTracking=summary"
+    # Spark's History Server, as production runs it: it compacts and cleans the event logs
+    history.start(conf, quiet=True)
     lakehouse = str(Path(sys.executable).parent / "lakehouse")
     total = int(args.rate * args.minutes * 60)
     print(f"generating {total:,} records ...", flush=True)
@@ -445,21 +493,33 @@ def main() -> None:
                 os.kill(proc.pid, signal.SIGTERM)
         for proc in (jobs, maintenance):
             proc.wait(timeout=300)
-    report = growth(samples, args.warmup_minutes)
+        history.stop(conf, quiet=True)
     runs = task_attempts(logs / "soak-continuous.log") + task_attempts(
         logs / "soak-maintenance.log"
     )
     out = RESULTS / f"soak-{stamp}.json"
-    payload = {"args": vars(args), "samples": samples, "growth": report, "attempts": runs}
+    payload = {
+        "args": {k: v for k, v in vars(args).items() if k != "report"},
+        "commit": ran_on,
+        "samples": samples,
+        "growth": growth(samples, args.warmup_minutes),
+        "attempts": runs,
+    }
     out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    figures = summary(samples, report, args, runs)
+    print(f"samples: {out}")
+    report(samples, args, runs, ran_on)
+
+
+def report(samples: list[dict], args, runs: list[dict], ran_on: str | None) -> None:
+    """Print the growth per hour and the summary, and record them in bench/RESULTS.md."""
+    figures = summary(samples, growth(samples, args.warmup_minutes), args, runs)
     print("\n".join(figures))
     command = (
         f"python -m bench.soak --minutes {args.minutes:g} --rate {args.rate:g} "
         f"--maintain-every {args.maintain_every}"
     )
     name = f"Soak at {args.rate:,.0f}/s for {args.minutes:g} min"
-    print(f"results: {out} and {record(name, command, figures)}")
+    print(f"results: {record(name, command, figures, ran_on)}")
 
 
 def task_attempts(log: Path) -> list[dict]:

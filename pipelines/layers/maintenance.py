@@ -30,12 +30,19 @@ from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.layers.declared import declared_tables
 from pipelines.streaming import checkpoints
-from pipelines.streaming.delta import commit_info, commit_time_ms, retry_on_conflict, snapshot
+from pipelines.streaming.delta import (
+    commit_info,
+    commit_time_ms,
+    retry_on_conflict,
+    session_conf,
+    snapshot,
+)
 from pipelines.streaming.storage import Files
 from pipelines.streaming.tables import Table
 
 log = logs.get("maintenance")
 DEFAULT_MIN_FILE_SIZE = 1024**3  # Delta's: a file smaller than this is compacted
+RETAIN_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 
 
 @dataclass(frozen=True)
@@ -101,8 +108,17 @@ def maintain_table(
     hours = retention_hours(spark, conf, name, path, readers)
     doomed = _vacuum(spark, conf, name, path, hours)
     snap = snapshot(spark, path)
-    snap.deltaLog().checkpoint(snap, spark._jvm.scala.Option.empty())
+    # the writer of a version at the table's checkpoint interval checkpoints it itself: a second
+    # checkpoint of it written at once fails Delta's check of what it wrote (a stack trace)
+    if snap.version() % _checkpoint_interval(snap) != 0:
+        snap.deltaLog().checkpoint(snap, spark._jvm.scala.Option.empty())
     return Maintained(name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours)
+
+
+def _checkpoint_interval(snap) -> int:
+    """The table's `delta.checkpointInterval` (Delta's default: 10)."""
+    setting = snap.metadata().configuration().get("delta.checkpointInterval")
+    return int(setting.get()) if setting.isDefined() else 10
 
 
 def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -> tuple[int, int]:
@@ -199,10 +215,12 @@ def retention_hours(
     readers: Sequence[Reader],
     now: datetime | None = None,
 ) -> int:
-    """The configured retention, or longer to keep what the furthest-behind reader of the table
-    still reads: every file removed since the first version it has not read in full."""
-    configured = conf.maintenance.vacuum_retention_hours
+    """The configured retention, or the table's own (`delta.deletedFileRetentionDuration`) if
+    longer, or longer still to keep what the furthest-behind reader of the table still reads:
+    every file removed since the first version it has not read in full."""
     found = snapshot(spark, path)
+    own = spark._jvm.org.apache.spark.sql.delta.DeltaLog.tombstoneRetentionMillis(found.metadata())
+    configured = max(conf.maintenance.vacuum_retention_hours, math.ceil(own / 3_600_000))
     mine = [r for r in readers if r.table_id == found.metadata().id()]
     now = now or datetime.now(UTC)
     hours, behind = configured, None
@@ -258,13 +276,16 @@ def _vacuum(spark: SparkSession, conf: LakehouseConf, name: str, path: str, hour
     `numDeletedFiles`)."""
     mode = "FULL" if conf.maintenance.vacuum_full else "LITE"
     vacuum = f"VACUUM delta.`{path}` {{mode}} RETAIN {hours} HOURS"
-    try:
-        spark.sql(vacuum.format(mode=mode)).collect()
-    except AnalysisException as e:
-        if mode == "FULL" or "LITE" not in str(e):
-            raise
-        log.info("%s: the log no longer holds what VACUUM LITE needs; a FULL one", name)
-        spark.sql(vacuum.format(mode="FULL")).collect()
+    # Delta 4.4 ignores RETAIN unless this is off, and keeps only the table's own retention: a
+    # reader further behind would lose files (the soak's maintenance logs said so)
+    with session_conf(spark, RETAIN_IGNORED, "false"):
+        try:
+            spark.sql(vacuum.format(mode=mode)).collect()
+        except AnalysisException as e:
+            if mode == "FULL" or "LITE" not in str(e):
+                raise
+            log.info("%s: the log no longer holds what VACUUM LITE needs; a FULL one", name)
+            spark.sql(vacuum.format(mode="FULL")).collect()
     found = snapshot(spark, path)
     for version in range(found.version(), max(-1, found.version() - 20), -1):
         info = _commit_info(spark, found, version)

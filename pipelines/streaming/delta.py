@@ -57,6 +57,20 @@ def idempotent_txn(
             spark.conf.unset(key)
 
 
+@contextmanager
+def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """The session setting `key` is `value` inside the block, and what it was after."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
 def snapshot(spark: SparkSession, path: str):
     """The Delta log's newest snapshot of the table at `path` (version -1: no table yet), read
     without a Spark job."""

@@ -63,21 +63,32 @@ def append_rows(spark, path: str, offsets: range) -> None:
 def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lake):
     ensure_bronze_tables(spark, lake, lake.stream("orders"))
     path = lake.table_path("bronze/orders_raw")
+    # a table whose own retention keeps nothing: VACUUM still keeps the configured 168 h (Delta
+    # 4.4 ignores VACUUM's RETAIN by default and took the table's, deleting every removed file)
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "('delta.deletedFileRetentionDuration' = 'interval 0 hours')"
+    )
     append_rows(spark, path, range(4))
     before = spark.read.format("delta").load(path).collect()
 
     [done] = maintain(spark, lake, ["bronze/orders_raw"])
 
-    # versions: 0 created, 1-4 appended, 5 compacted, 6 and 7 VACUUM's start and end
-    assert done == Maintained("bronze/orders_raw", 4, 1, 0, (4, 1), 7)
+    # versions: 0 created, 1 its property, 2-5 appended, 6 compacted, 7 and 8 VACUUM's start
+    # and end
+    assert done == Maintained("bronze/orders_raw", 4, 1, 0, (4, 1), 8)
     after = spark.read.format("delta").load(path)
     assert sorted(after.collect()) == sorted(before)
-    # the compacted files are gone from the table, not from storage: version 4 still reads
-    assert spark.read.format("delta").option("versionAsOf", 4).load(path).count() == 4
-    # and the log is checkpointed at the new version: a reader starts from it, not from 8 JSONs
+    # the log is checkpointed at the new version: a reader starts from it, not from 9 JSONs
     log = Path(path) / "_delta_log"
-    assert (log / "00000000000000000007.checkpoint.parquet").is_file()
-    assert '"version":7' in (log / "_last_checkpoint").read_text()
+    assert (log / "00000000000000000008.checkpoint.parquet").is_file()
+    assert '"version":8' in (log / "_last_checkpoint").read_text()
+    # the compacted files are gone from the table, not from storage: version 5 still reads (once
+    # the table allows time travel that far again)
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.deletedFileRetentionDuration')"
+    )
+    assert spark.read.format("delta").option("versionAsOf", 5).load(path).count() == 4
 
 
 def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark, lake):
@@ -111,6 +122,12 @@ def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark
     assert retention_hours(spark, lake, name, path, caught_up, later) == 168
     other_table = [Reader(checkpoint, "another-table-id", 0)]
     assert retention_hours(spark, lake, name, path, other_table, later) == 168
+    # a table that keeps its removed files longer than the configuration says keeps them so
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "('delta.deletedFileRetentionDuration' = 'interval 30 days')"
+    )
+    assert retention_hours(spark, lake, name, path, caught_up, later) == 720
 
 
 def test_a_vacuum_retention_shorter_than_a_week_is_refused(lake):
