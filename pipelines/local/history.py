@@ -19,6 +19,7 @@ from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.local.jars import java_executable, s3a_jars
 from pipelines.local.processes import pid_of, port_in_use, start_service, stop_service
+from pipelines.local.s3 import ensure_folder
 from pipelines.local.tls import write_private
 from pipelines.spark_conf import LOG4J2, history_server_settings
 
@@ -82,6 +83,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
         return current
     if current.pid is None and port_in_use("127.0.0.1", conf.event_log.history_port):
         raise HistoryServerError(f"cannot start the History Server at {current.url}: port in use")
+    ensure_folder(conf, conf.event_log_dir)  # Spark's server refuses a folder that is missing
     classpath = [f"{Path(pyspark.__file__).parent}/jars/*"]
     if conf.event_log_dir.startswith("s3a://"):
         classpath += [str(j) for j in s3a_jars()]

@@ -155,3 +155,21 @@ def stop(conf: LakehouseConf, *, quiet: bool = False) -> None:
     done = stop_service("storage", _pid(conf), _paths(conf)["pid"])
     if not quiet:
         print(done)
+
+
+def ensure_folder(conf: LakehouseConf, where: str) -> None:
+    """Create the folder `where` (local, or s3a:// on the root's endpoint) if it is missing,
+    without a Spark session (before one exists, or in a service of its own)."""
+    if not where.startswith("s3a://"):
+        Path(where.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        return
+    from pyarrow.fs import S3FileSystem  # pylint: disable=no-name-in-module
+
+    s3, options = conf.storage.s3, {}
+    if s3.endpoint:
+        scheme, _, host = s3.endpoint.partition("://")
+        options = {"endpoint_override": host.rstrip("/"), "scheme": scheme}
+    fs = S3FileSystem(
+        region=s3.region, force_virtual_addressing=not s3.path_style_access, **options
+    )
+    fs.create_dir(where.removeprefix("s3a://"))  # a folder marker, as S3A makes one

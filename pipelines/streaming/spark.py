@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +21,7 @@ from pyspark.sql.types import StructType
 from pipelines.config import LakehouseConf
 from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
+from pipelines.local.s3 import ensure_folder
 from pipelines.spark_conf import event_log_settings, metrics_settings, session_settings
 
 
@@ -35,7 +35,7 @@ def build_spark(
         settings |= metrics_settings(conf, job)
     event_log = event_log_settings(conf) if job is not None else {}
     if event_log and "spark.eventLog.enabled" not in _submitted():
-        _ensure_folder(conf, conf.event_log_dir)  # Spark refuses to start without it
+        ensure_folder(conf, conf.event_log_dir)  # Spark refuses to start without it
         settings |= event_log
     json_logs = conf.log.format == "json"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -68,24 +68,6 @@ def _submitted() -> dict[str, str]:
 
     SparkContext._ensure_initialized()  # the gateway spark-submit started; no context yet
     return dict(SparkConf().getAll())
-
-
-def _ensure_folder(conf: LakehouseConf, where: str) -> None:
-    """Create the folder `where` (local, or s3a:// on the root's endpoint) if it is missing:
-    before the session exists, so not through Hadoop's file systems."""
-    if not where.startswith("s3a://"):
-        Path(where.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
-        return
-    from pyarrow.fs import S3FileSystem  # pylint: disable=no-name-in-module
-
-    s3, options = conf.storage.s3, {}
-    if s3.endpoint:
-        scheme, _, host = s3.endpoint.partition("://")
-        options = {"endpoint_override": host.rstrip("/"), "scheme": scheme}
-    fs = S3FileSystem(
-        region=s3.region, force_virtual_addressing=not s3.path_style_access, **options
-    )
-    fs.create_dir(where.removeprefix("s3a://"))  # a folder marker, as S3A makes one
 
 
 def local_frame(spark: SparkSession, rows: list, schema: str) -> DataFrame:

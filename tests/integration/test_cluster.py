@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,21 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         assert on_cluster.exceptAll(in_local).count() == 0, table
         assert in_local.exceptAll(on_cluster).count() == 0, table
     assert spark.read.format("delta").load(local.table_path("silver/orders")).count() == 400
+
+
+def test_the_history_server_starts_on_a_root_no_job_has_written_to_yet(lake, tmp_path):
+    """Spark's server refuses an event-log folder that does not exist: `lakehouse history start`
+    creates it (the soak's first start, on a fresh root, failed)."""
+    conf = lake.updated(
+        {
+            "event_log.history_port": _free_port(),
+            "event_log.history_dir": str(tmp_path / "history"),
+        }
+    )
+    assert not Path(conf.event_log_dir).exists()
+    history.start(conf, quiet=True)
+    try:
+        assert history.applications(conf) == []
+    finally:
+        history.stop(conf, quiet=True)
+    assert not history.status(conf).running

@@ -210,11 +210,11 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     after the kill, and is run to the end; every table then equals an uninterrupted
     run's on a local disk, quarantine and late events included."""
     lake = s3_lake
-    # ~16 minutes of event time, late events among them; bronze in 5 batches of 4 files, so that
-    # silver (4 files a batch) has 5 micro-batches to do, and gold (1 file a batch) as many
+    # ~16 minutes of event time, late events among them; bronze in 4 batches of 4 files, so that
+    # silver (4 files a batch) has 4 micro-batches to do, and gold (1 file a batch) as many
     report = helpers.produce(lake, 300, 74, events_per_second=1.0, **TWISTS)
     run_bronze(
-        spark, lake.updated({"bronze.max_offsets_per_trigger": 200}), once=True, progress=False
+        spark, lake.updated({"bronze.max_offsets_per_trigger": 250}), once=True, progress=False
     )
     seed_dimensions(spark, lake)
     stream = lake.streams["orders"]

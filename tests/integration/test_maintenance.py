@@ -138,9 +138,11 @@ def test_a_vacuum_retention_shorter_than_a_week_is_refused(lake):
 def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_nothing(
     spark, lake, tmp_path
 ):
-    """The continuous pipeline job MERGEs the state and the gold tables in small batches while
-    maintenance runs over and over beside it: OPTIMIZE (clustering, Z-order) and VACUUM commits
-    land between the stream's, no batch fails (one run, exit 0 on SIGTERM), the small files are
+    """The continuous pipeline job (`lakehouse run pipeline`: one query from Kafka to gold, a
+    second one MERGEing the events' new rows into the state table on its own trigger) MERGEs the
+    state and the gold tables in small batches while maintenance runs over and over beside it:
+    OPTIMIZE (clustering, Z-order) and VACUUM commits land between the stream's, no batch fails
+    (one run; a SIGTERM stops both queries between batches, exit 0), the small files are
     compacted, and every table equals its oracle: nothing lost, nothing counted twice."""
     seed_dimensions(spark, lake)
     products, customers = seeds(lake, "products"), seeds(lake, "customers")
@@ -214,6 +216,8 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
     assert code == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert text.count("query pipeline_orders started") == 1  # never restarted: no failed batch
+    assert text.count("query silver_orders_state started") == 1
+    assert "SIGTERM received" in text
 
     # maintenance and the stream's MERGEs interleave: a MERGE before and after an OPTIMIZE
     for path in (silver.state, *tables.aggregates.values()):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import time
 from datetime import timedelta
 
 import pytest
@@ -19,8 +17,7 @@ from pipelines.layers.silver import run_silver, silver_tables
 from tests import helpers
 from tests.conftest import subprocess_env
 from tests.integration.test_gold import START, produce, table
-from tests.integration.test_silver import ORDER_COLUMNS, TWISTS, assert_silver_matches, oracle
-from tests.integration.test_silver import table as columns_of
+from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
 pytestmark = pytest.mark.integration
 
@@ -115,40 +112,3 @@ def test_a_batch_gold_refuses_stops_ingestion_before_bronze_and_the_rerun_writes
     assert raw.count() == len(first.delivered) + len(second.delivered)
     assert raw.select("partition", "offset").distinct().count() == raw.count()
     assert_silver_matches(spark, conf, oracle(first, second))
-
-
-def test_the_continuous_pipeline_merges_the_state_in_a_query_of_its_own_and_stops_both_on_sigterm(
-    spark, lake, tmp_path
-):
-    """`lakehouse run pipeline` (continuous): one query carries the Kafka records to gold, a second
-    one MERGEs the events table's new rows into the state table on its own trigger. The state
-    table reaches every order's newest version while the job runs, and a SIGTERM stops both
-    queries between batches (exit 0); every silver table then matches the oracle."""
-    seed_dimensions(spark, lake)
-    report = helpers.produce(lake, 120, 75, **TWISTS)
-    expected = oracle(report)
-    state = silver_tables(lake, lake.streams["orders"]).state
-    env = subprocess_env(
-        lake, JAVA_TOOL_OPTIONS="", LAKEHOUSE__PIPELINE__STATE_TRIGGER_INTERVAL="1 second"
-    )
-    log = tmp_path / "pipeline.log"
-    proc = helpers.start_job("pipelines.jobs.pipeline_job", env, log)
-    try:
-        deadline = time.monotonic() + 300
-        orders = sorted(expected["orders"].values())
-        while not (
-            # a first commit, not just the log's folder: Delta creates that before it commits
-            helpers.delta_commits(state) > 0 and columns_of(spark, state, ORDER_COLUMNS) == orders
-        ):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(1)
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = log.read_text()
-    assert "query pipeline_orders started" in text
-    assert "query silver_orders_state started" in text
-    assert "SIGTERM received" in text
-    assert_silver_matches(spark, lake, expected)
