@@ -91,11 +91,15 @@ def _status(pid: int, key: str) -> int:
 
 
 def descendants(pid: int) -> list[int]:
+    """`pid` and every process under it (the children of each of its threads: the JVM starts
+    the Python driver from a thread of its own)."""
     found, todo = [], [pid]
     while todo:
         p = todo.pop()
         found.append(p)
-        todo += [int(c) for c in _proc(p, f"task/{p}/children").split()]
+        threads = Path(f"/proc/{p}/task")
+        for tid in threads.iterdir() if threads.exists() else ():
+            todo += [int(c) for c in _proc(p, f"task/{tid.name}/children").split()]
     return found
 
 
