@@ -4,7 +4,11 @@ declares), the files no version within the retention needs removed, the log chec
 `lakehouse maintain [TABLE ...]` (every declared table that exists, by default), or the shipped
 job `conf/jobs/maintenance.yaml` on its schedule. Compaction (OPTIMIZE) commits with
 `dataChange=false`: streaming readers of the table skip it. It retries when a concurrent write
-conflicts, as the layers' writes do. A table declared with `CLUSTER_BY` is clustered by it (liquid
+conflicts, as the layers' writes do, each retry started right after the table's next commit: a
+MERGE that rewrites the files OPTIMIZE reads fails it, and a stream MERGEs every few seconds, so
+OPTIMIZE gets the whole interval between two of its commits. One that still loses
+`OPTIMIZE_ATTEMPTS` races leaves the table uncompacted until the next run (a warning), and the
+rest of its maintenance and the other tables' goes on. A table declared with `CLUSTER_BY` is clustered by it (liquid
 clustering, incremental); one with `ZORDER_BY` is Z-ordered within the partitions that new writes
 left in several small files (Z-ordering rewrites a whole partition: the others stay as they are).
 
@@ -17,6 +21,7 @@ to cover the oldest version one of them has still to read.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +36,7 @@ from pipelines.config import LakehouseConf
 from pipelines.layers.declared import declared_tables
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import (
+    WRITE_CONFLICTS,
     commit_info,
     commit_time_ms,
     retry_on_conflict,
@@ -43,6 +49,8 @@ from pipelines.streaming.tables import Table
 log = logs.get("maintenance")
 DEFAULT_MIN_FILE_SIZE = 1024**3  # Delta's: a file smaller than this is compacted
 RETAIN_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
+OPTIMIZE_ATTEMPTS = 10  # each right after a commit of the table's writer
+COMMIT_WAIT_S = 60.0  # a table no commit reaches in this long is not being written: go on
 
 
 @dataclass(frozen=True)
@@ -56,11 +64,16 @@ class Maintained:
     compacted: tuple[int, int]  # OPTIMIZE's own count: files it removed, files it wrote
     version: int  # the version checkpointed
     retention_hours: int = 168  # what VACUUM kept: the configured one, or more for a reader
+    not_compacted: str | None = None  # why OPTIMIZE did not commit (every attempt conflicted)
 
     def describe(self) -> str:
+        optimize = (
+            f"OPTIMIZE not committed: {self.not_compacted}; the next run compacts it"
+            if self.not_compacted
+            else f"OPTIMIZE rewrote {self.compacted[0]:,} into {self.compacted[1]:,}"
+        )
         return (
-            f"{self.table}: {self.files_before:,} -> {self.files_after:,} files (OPTIMIZE "
-            f"rewrote {self.compacted[0]:,} into {self.compacted[1]:,}), "
+            f"{self.table}: {self.files_before:,} -> {self.files_after:,} files ({optimize}), "
             f"{self.vacuumed:,} old files removed (retention {self.retention_hours} h), "
             f"log checkpointed at version {self.version}"
         )
@@ -104,7 +117,12 @@ def maintain_table(
     readers: Sequence[Reader] = (),
 ) -> Maintained:
     before = _files(spark, path)
-    compacted = _optimize(spark, name, path, layout)
+    compacted, not_compacted = (0, 0), None
+    try:
+        compacted = _optimize(spark, name, path, layout)
+    except WRITE_CONFLICTS as e:
+        not_compacted = f"{OPTIMIZE_ATTEMPTS} attempts conflicted with concurrent writes"
+        log.warning("%s: %s (the last: %s)", name, not_compacted, type(e).__name__)
     hours = retention_hours(spark, conf, name, path, readers)
     doomed = _vacuum(spark, conf, name, path, hours)
     snap = snapshot(spark, path)
@@ -112,7 +130,9 @@ def maintain_table(
     # checkpoint of it written at once fails Delta's check of what it wrote (a stack trace)
     if snap.version() % _checkpoint_interval(snap) != 0:
         snap.deltaLog().checkpoint(snap, spark._jvm.scala.Option.empty())
-    return Maintained(name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours)
+    return Maintained(
+        name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours, not_compacted
+    )
 
 
 def _checkpoint_interval(snap) -> int:
@@ -128,6 +148,8 @@ def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -
         result = retry_on_conflict(
             lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(),
             what=f"{name} (OPTIMIZE)",
+            attempts=OPTIMIZE_ATTEMPTS,
+            wait=lambda: after_next_commit(spark, path),
         )
     elif (where := fragmented_partitions(spark, path, layout.partitioned_by)) is None:
         return 0, 0  # every partition is one file already, or large files only
@@ -141,9 +163,29 @@ def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -
                 .collect()
             ),
             what=f"{name} (OPTIMIZE ZORDER BY {', '.join(layout.zorder_by)})",
+            attempts=OPTIMIZE_ATTEMPTS,
+            wait=lambda: after_next_commit(spark, path),
         )
     metrics = result[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def after_next_commit(
+    spark: SparkSession,
+    path: str,
+    since: int | None = None,
+    timeout_s: float = COMMIT_WAIT_S,
+    poll_s: float = 0.2,
+) -> str:
+    """Return once the table at `path` has a commit newer than version `since` (default: its
+    version now), or after `timeout_s`; says which."""
+    version = snapshot(spark, path).version() if since is None else since
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        if (newest := snapshot(spark, path).version()) > version:
+            return f"right after version {newest}"
+    return f"after {timeout_s:.0f} s without a commit"
 
 
 def fragmented_partitions(spark: SparkSession, path: str, columns: tuple[str, ...]) -> str | None:

@@ -140,17 +140,32 @@ def commit_time_ms(commit: str) -> int | None:
     return info.get("inCommitTimestamp", info.get("timestamp"))
 
 
-def retry_on_conflict(write: Callable[[], T], *, what: str, attempts: int = 5) -> T:
-    """Run a Delta write, retrying when a concurrent transaction made it conflict."""
+def retry_on_conflict(
+    write: Callable[[], T],
+    *,
+    what: str,
+    attempts: int = 5,
+    wait: Callable[[], str] | None = None,
+) -> T:
+    """Run a Delta write, retrying when a concurrent transaction made it conflict: after a
+    backoff, or once `wait` returns (it says what it waited for)."""
     for attempt in range(1, attempts):
         try:
             return write()
         except WRITE_CONFLICTS as e:
-            delay = 0.2 * 2**attempt
-            log.warning(
-                "%s: write conflict (%s), retry %d in %.1fs", what, type(e).__name__, attempt, delay
-            )
-            time.sleep(delay)
+            if wait is None:
+                delay = 0.2 * 2**attempt
+                log.warning(
+                    "%s: write conflict (%s), retry %d in %.1fs",
+                    what,
+                    type(e).__name__,
+                    attempt,
+                    delay,
+                )
+                time.sleep(delay)
+            else:
+                log.warning("%s: write conflict (%s)", what, type(e).__name__)
+                log.warning("%s: retry %d %s", what, attempt, wait())
     return write()  # the last attempt: a conflict now is raised
 
 

@@ -21,6 +21,7 @@ from pipelines.layers.gold import gold_tables, seed_dimensions
 from pipelines.layers.maintenance import (
     Maintained,
     Reader,
+    after_next_commit,
     maintain,
     retention_hours,
     stream_readers,
@@ -89,6 +90,23 @@ def test_small_files_are_compacted_and_what_time_travel_needs_is_kept(spark, lak
         f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.deletedFileRetentionDuration')"
     )
     assert spark.read.format("delta").option("versionAsOf", 5).load(path).count() == 4
+
+
+def test_a_retried_optimize_starts_right_after_the_writers_next_commit(spark, lake):
+    """OPTIMIZE loses to a MERGE that rewrites a file it read; its retry waits for the stream's
+    next commit, to have the whole interval before the one after."""
+    ensure_bronze_tables(spark, lake, lake.stream("orders"))
+    path = lake.table_path("bronze/orders_raw")
+    version = DeltaLake(path).version()
+    writer = threading.Thread(target=append_rows, args=(spark, path, range(2)))
+    writer.start()
+    assert after_next_commit(spark, path, since=version) in (
+        f"right after version {version + 1}",
+        f"right after version {version + 2}",  # both commits landed within one poll
+    )
+    writer.join()
+    quiet = after_next_commit(spark, path, since=version + 2, timeout_s=1.0)
+    assert quiet == "after 1 s without a commit"
 
 
 def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark, lake):

@@ -29,6 +29,24 @@ def test_a_write_that_keeps_conflicting_fails_after_the_last_attempt(monkeypatch
         retry_on_conflict(write, what="silver/orders", attempts=3)
 
 
+def test_a_retry_that_waits_for_something_starts_when_it_is_there_without_a_backoff(monkeypatch):
+    monkeypatch.setattr(delta.time, "sleep", lambda s: pytest.fail(f"slept {s} s"))
+    events = []
+
+    def write():
+        events.append("write")
+        if events.count("write") < 3:
+            raise ConcurrentAppendException("a MERGE committed meanwhile")
+        return "committed"
+
+    def wait():
+        events.append("wait")
+        return "right after version 7"
+
+    assert retry_on_conflict(write, what="silver/orders", wait=wait) == "committed"
+    assert events == ["write", "wait", "write", "wait", "write"]
+
+
 def test_txn_confs_are_set_inside_and_gone_after_even_on_error(spark):
     with idempotent_txn(spark, "silver:orders:q1", 7):
         assert spark.conf.get(TXN_APP_ID) == "silver:orders:q1"
