@@ -35,6 +35,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -43,6 +44,7 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable as DeltaLake
 
 from bench.backlog import RESULTS, commit, fresh, generate, record
@@ -197,9 +199,12 @@ def table_figures(path: Path) -> dict[str, int]:
         "log_mb": round(log_bytes / 1e6, 2),
     }
     try:
-        figures["live_files"] = len(DeltaLake(str(path)).file_uris())
+        sizes = pa.table(DeltaLake(str(path)).get_add_actions()).column("size_bytes")
+        figures["live_files"] = len(sizes)
+        # the current version's data: the rest of data_mb is what VACUUM's retention keeps
+        figures["live_mb"] = round(sum(sizes.to_pylist()) / 1e6, 2)
     except Exception:  # not created yet
-        figures["live_files"] = 0
+        figures["live_files"], figures["live_mb"] = 0, 0.0
     return figures
 
 
@@ -351,7 +356,7 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 
 def kind(figure: str) -> str | None:
     """Why a figure may grow (a key of ALLOWED), None if it should be flat."""
-    if figure.startswith("tables.") and figure.endswith((".data_files", ".data_mb")):
+    if figure.startswith("tables.") and figure.endswith((".data_files", ".data_mb", ".live_mb")):
         return "data"
     if figure.startswith("tables.") and figure.endswith((".log_files", ".log_mb")):
         return "log"
@@ -364,19 +369,72 @@ def kind(figure: str) -> str | None:
     return None
 
 
-def envelope(points: list[tuple[float, float]], window: float) -> list[tuple[float, float]]:
-    """Each point's maximum over the `window` minutes up to it, from the first full window: a
-    sawtooth (files between compactions, a heap between collections) judged by its peaks."""
-    first = points[0][0] + window
-    return [(x, max(v for u, v in points if x - window <= u <= x)) for x, _ in points if x >= first]
+# why a figure that should be flat can still rise within an hour: what bounds it, or what it
+# follows (the report gives the reason next to the figure; the figure still counts as growing)
+WHY = (
+    (
+        "nmt_code_mb",
+        "the JIT's compiled code, still growing with the methods it compiles, up to "
+        "-XX:ReservedCodeCacheSize (240 MB)",
+    ),
+    ("nmt_compiler_mb", "the JIT compiler's own arenas, freed after each compilation"),
+    (
+        "heap_committed_mb",
+        "heap G1 commits between collections, up to -Xmx (--driver-memory); "
+        "what stays live is heap_after_gc_mb",
+    ),
+    ("nmt_java_heap_mb", "the committed heap (heap_committed_mb)"),
+    (
+        "nmt_other_mb",
+        "direct and Unsafe buffers (NIO: Parquet, compression, the network) that "
+        "rise and fall with the batches, up to -XX:MaxDirectMemorySize (the heap's size)",
+    ),
+    ("rss_mb", "mostly the committed heap and the compiled code (heap_committed_mb, nmt_code_mb)"),
+    ("nmt_total_mb", "the committed heap and the compiled code"),
+    (
+        "live_files",
+        "files written since the last compaction: more when a maintenance run was "
+        "skipped (the previous one still going) or failed",
+    ),
+    (
+        "batches.",
+        "a batch also reads the part of its target tables its keys can be in (silver's "
+        "dedupe: the event date's partition within the batch's key range), which grows with them",
+    ),
+    ("freshness_s.", "follows the batch durations"),
+    ("behind.", "follows the batch durations"),
+    ("kafka_lag", "follows the batch durations"),
+)
+
+
+def why(figure: str) -> str | None:
+    """What bounds or drives a figure that should be flat (WHY), None if nothing is known."""
+    return next((reason for part, reason in WHY if part in figure), None)
+
+
+def cycles(points: list[tuple[float, float]], window: float) -> list[list[tuple[float, float]]]:
+    """The points in consecutive `window`-minute spans from the first (a span with fewer than
+    three points, the run's tail, left out): one maintenance cycle each."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for x, y in points:
+        spans.setdefault(int((x - points[0][0]) // window), []).append((x, y))
+    return [span for _, span in sorted(spans.items()) if len(span) >= 3]
+
+
+def cycle_trend(spans: list[list[tuple[float, float]]]) -> float:
+    """Growth per hour of the cycles' medians: a sawtooth (files between compactions, a heap
+    between collections) and a lone spike do not move it; a figure that rises every cycle does."""
+    return slope_per_hour(
+        [((s[0][0] + s[-1][0]) / 2, statistics.median(y for _, y in s)) for s in spans]
+    )
 
 
 def growth(samples: list[dict], warmup: float, window: float = 10.0) -> list[dict]:
     """Per figure after the warm-up: first and last value, growth per hour (least squares), and
-    a verdict on its `window`-minute envelope: flat if its fitted growth over an hour is within
-    10% of its mean (or 1 unit); else flat from the middle on if the envelope's second half is
+    a verdict on the trend of its `window`-minute cycles' medians: flat if that is within 10% of
+    its mean (or 1 unit) per hour; else flat from a later cycle on if the cycles from there are
     (a figure that reached its bound: Spark's checkpoint keeps its last 100 batches); else it
-    grows (or falls)."""
+    grows (or falls), with the reason when it is allowed to or known to stop at a bound."""
     rows = []
     for figure, points in sorted(series(samples).items()):
         after = [(x, y) for x, y in points if x >= warmup]
@@ -385,21 +443,24 @@ def growth(samples: list[dict], warmup: float, window: float = 10.0) -> list[dic
         if figure.startswith("jobs.maintain."):  # a new JVM each run: no trend to fit
             continue
         values = [y for _, y in after]
-        peaks = envelope(after, window)
-        if len(peaks) < 6:
-            peaks = after  # too short a run for an envelope
-        top = [y for _, y in peaks]
-        bound = max(0.10 * abs(sum(top) / len(top)), 1.0)
-        trend = slope_per_hour(peaks)
-        late = peaks[len(peaks) // 2 :]
-        if abs(trend) <= bound:
+        bound = max(0.10 * abs(sum(values) / len(values)), 1.0)
+        spans = cycles(after, window)
+        if len(spans) < 3:
+            spans = [[p] * 3 for p in after]  # too short a run for cycles: every point
+        trend = cycle_trend(spans)
+        flat_from = next(
+            (i for i in range(len(spans) - 1) if abs(cycle_trend(spans[i:])) <= bound), None
+        )
+        if flat_from == 0:
             verdict = "flat"
-        elif abs(slope_per_hour(late)) <= bound:
-            verdict = f"flat from minute {late[0][0]:.0f}"
+        elif flat_from is not None:
+            verdict = f"flat from minute {spans[flat_from][0][0]:.0f}"
         elif trend < 0:
             verdict = "falls"
+        elif kind(figure):
+            verdict = f"grows: {kind(figure)}"
         else:
-            verdict = f"grows: {kind(figure)}" if kind(figure) else "GROWS"
+            verdict = "GROWS"
         rows.append(
             {
                 "figure": figure,
@@ -407,8 +468,9 @@ def growth(samples: list[dict], warmup: float, window: float = 10.0) -> list[dic
                 "last": values[-1],
                 "mean": round(sum(values) / len(values), 2),
                 "per_hour": round(slope_per_hour(after), 2),
-                "envelope_per_hour": round(trend, 2),
+                "cycles_per_hour": round(trend, 2),
                 "verdict": verdict,
+                "why": why(figure) if verdict == "GROWS" else None,
             }
         )
     return rows
@@ -598,14 +660,15 @@ def summary(samples: list[dict], report: list[dict], args, runs: list[dict]) -> 
         )
     plateau = [r for r in report if r["verdict"].startswith("flat from")]
     lines.append(
-        f"flat (the {args.maintain_every}-minute envelope within 10% of its mean per hour): "
+        f"flat (the medians of its {args.maintain_every}-minute cycles within 10% of its mean "
+        "per hour): "
         f"{sum(r['verdict'] == 'flat' for r in report)} figures; flat once at their bound: "
         f"{len(plateau)}; allowed to grow and growing: {len(allowed)}; growing and not "
         f"allowed: **{len(grows)}**"
     )
     lines += [
         f"{r['verdict']}: {r['figure']} {r['first']:g} -> {r['last']:g} "
-        f"(envelope {r['envelope_per_hour']:+g}/h)"
+        f"(cycles {r['cycles_per_hour']:+g}/h)" + (f": {r['why']}" if r.get("why") else "")
         for r in grows + plateau
     ]
     lines += [
