@@ -443,10 +443,11 @@ def growth(samples: list[dict], warmup: float, window: float = 10.0) -> list[dic
         if figure.startswith("jobs.maintain."):  # a new JVM each run: no trend to fit
             continue
         values = [y for _, y in after]
-        bound = max(0.10 * abs(sum(values) / len(values)), 1.0)
+        mean = sum(values) / len(values)
+        bound = max(0.10 * abs(mean), 1.0)
         spans = cycles(after, window)
         if len(spans) < 3:
-            spans = [[p] * 3 for p in after]  # too short a run for cycles: every point
+            spans = [[p] for p in after]  # too short a run for cycles: every point
         trend = cycle_trend(spans)
         flat_from = next(
             (i for i in range(len(spans) - 1) if abs(cycle_trend(spans[i:])) <= bound), None
@@ -457,16 +458,14 @@ def growth(samples: list[dict], warmup: float, window: float = 10.0) -> list[dic
             verdict = f"flat from minute {spans[flat_from][0][0]:.0f}"
         elif trend < 0:
             verdict = "falls"
-        elif kind(figure):
-            verdict = f"grows: {kind(figure)}"
         else:
-            verdict = "GROWS"
+            verdict = f"grows: {kind(figure)}" if kind(figure) else "GROWS"
         rows.append(
             {
                 "figure": figure,
                 "first": values[0],
                 "last": values[-1],
-                "mean": round(sum(values) / len(values), 2),
+                "mean": round(mean, 2),
                 "per_hour": round(slope_per_hour(after), 2),
                 "cycles_per_hour": round(trend, 2),
                 "verdict": verdict,

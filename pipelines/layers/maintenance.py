@@ -150,7 +150,7 @@ def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -
             lambda: DeltaTable.forPath(spark, path).optimize().executeCompaction().collect(),
             what=f"{name} (OPTIMIZE)",
             attempts=OPTIMIZE_ATTEMPTS,
-            wait=lambda: after_next_commit(spark, path),
+            wait=lambda _attempt: after_next_commit(spark, path),
         )
     elif (where := fragmented_partitions(spark, path, layout.partitioned_by)) is None:
         return 0, 0  # every partition is one file already, or large files only
@@ -165,7 +165,7 @@ def _optimize(spark: SparkSession, name: str, path: str, layout: Table | None) -
             ),
             what=f"{name} (OPTIMIZE ZORDER BY {', '.join(layout.zorder_by)})",
             attempts=OPTIMIZE_ATTEMPTS,
-            wait=lambda: after_next_commit(spark, path),
+            wait=lambda _attempt: after_next_commit(spark, path),
         )
     metrics = result[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])

@@ -145,28 +145,24 @@ def retry_on_conflict(
     *,
     what: str,
     attempts: int = 5,
-    wait: Callable[[], str] | None = None,
+    wait: Callable[[int], str] | None = None,
 ) -> T:
-    """Run a Delta write, retrying when a concurrent transaction made it conflict: after a
-    backoff, or once `wait` returns (it says what it waited for)."""
+    """Run a Delta write, retrying when a concurrent transaction made it conflict, each retry
+    once `wait(attempt)` returns (it says what it waited for; default: a backoff)."""
     for attempt in range(1, attempts):
         try:
             return write()
         except WRITE_CONFLICTS as e:
-            if wait is None:
-                delay = 0.2 * 2**attempt
-                log.warning(
-                    "%s: write conflict (%s), retry %d in %.1fs",
-                    what,
-                    type(e).__name__,
-                    attempt,
-                    delay,
-                )
-                time.sleep(delay)
-            else:
-                log.warning("%s: write conflict (%s)", what, type(e).__name__)
-                log.warning("%s: retry %d %s", what, attempt, wait())
+            log.warning("%s: write conflict (%s)", what, type(e).__name__)
+            log.warning("%s: retry %d %s", what, attempt, (wait or backoff)(attempt))
     return write()  # the last attempt: a conflict now is raised
+
+
+def backoff(attempt: int) -> str:
+    """Sleep 0.4 s, 0.8 s, ... before retry `attempt`; says how long."""
+    delay = 0.2 * 2**attempt
+    time.sleep(delay)
+    return f"after {delay:.1f} s"
 
 
 def recover_checkpoint(

@@ -39,7 +39,7 @@ def test_a_retry_that_waits_for_something_starts_when_it_is_there_without_a_back
             raise ConcurrentAppendException("a MERGE committed meanwhile")
         return "committed"
 
-    def wait():
+    def wait(_attempt):
         events.append("wait")
         return "right after version 7"
 
