@@ -68,7 +68,8 @@ def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
 
 
 def plain_job(env: str, root: str, topic: str) -> None:
-    """The job a user would write: Kafka -> Delta, available-now, Spark's default options."""
+    """The job a user would write: Kafka -> Delta, available-now, Spark's default options but
+    read_committed (the contract's records only)."""
     from pipelines.streaming.spark import build_spark
 
     conf = load_config(env).updated({"storage.root": root})
@@ -78,6 +79,7 @@ def plain_job(env: str, root: str, topic: str) -> None:
         .option("kafka.bootstrap.servers", conf.kafka.bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")  # what the contract reads
         .load()
         .writeStream.format("delta")
         .option("checkpointLocation", f"{root}/_checkpoints/plain")

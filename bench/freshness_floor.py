@@ -136,6 +136,7 @@ def run_variant(spark, conf, variant: str, rate: int, seconds: float) -> dict:
         .option("kafka.bootstrap.servers", c.kafka.bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")  # what the contract reads
         .load()
         .writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint)

@@ -40,6 +40,7 @@ from pipelines.streaming.console import ConsoleProgress
 from pipelines.streaming.progress_table import progress_row
 from pipelines.streaming.spark import build_spark
 from pipelines.streaming.storage import Files
+from silver.events import with_clock_bound
 from silver.order_events import parse_events
 
 LAYERS = {"bronze": start_bronze, "silver": start_silver, "gold": start_gold}
@@ -145,6 +146,7 @@ def analyse(spark: SparkSession, conf: LakehouseConf, started_ms: int, progress:
     sent = (
         delta.load(bronze_tables(conf, conf.stream("orders")).raw)
         .transform(parse_events)
+        .transform(with_clock_bound, conf.silver.max_clock_skew_minutes)  # as silver decides
         .where(F.col("reason").isNull())
         .groupBy("event_id")
         .agg(F.min("kafka_timestamp").alias("kafka_timestamp"))

@@ -53,6 +53,7 @@ from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 from pipelines.streaming.spark import build_spark
 from pipelines.streaming.storage import Files
+from silver.events import with_clock_bound
 from silver.order_events import parse_events
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +114,7 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
     )
     first = (
         parse_events(rows)
+        .transform(with_clock_bound, conf.silver.max_clock_skew_minutes)  # as silver decides
         .where(F.col("reason").isNull() & F.col("event_type").isin("created", "paid"))
         .join(batches, ["partition", "offset"])
         .groupBy("event_id", "event_type")

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -159,6 +160,11 @@ def produce(conf: LakehouseConf, args: argparse.Namespace) -> None:
         **rates,
     )
     plan, topic = orders_stream.generate_orders_stream(options), args.topic or stream.topic
+    if start == "now":  # the stream ends now: no event time ahead of the clock it is sent by
+        span = orders_stream.event_time_span(plan)
+        plan = orders_stream.generate_orders_stream(
+            replace(options, start_time=options.start_time - span)
+        )
     report = produce_plan(conf, plan, topic, track=args.manifest is not None, progress=True)
     summary = json.dumps(report.summary(), indent=2)
     print(summary)
@@ -341,15 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orders", type=int, help="number of orders (each 1-3 events)")
     p.add_argument("--seed", type=int, help="random seed: same seed, same records")
     p.add_argument("--topic", help="topic (default: the stream's topic)")
-    p.add_argument("--start-time", help="event time of the first event, ISO-8601, or `now`")
+    p.add_argument(
+        "--start-time",
+        help="event time of the first event, ISO-8601, or `now`: the stream's event times end now",
+    )
     p.add_argument("--events-per-second", type=float, help="event-time pace of the stream")
     for name, (_, help) in TWISTS.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=help)
     p.add_argument("--all-twists", action="store_true", help="every twist at a realistic rate")
     p.add_argument("--report", type=Path, help="write the counts per kind as JSON here")
     p.add_argument("--manifest", type=Path, help="write every record as JSON lines here")
-    p = command("run", run_layer, "a layer's job: Kafka -> bronze -> silver -> gold")
-    p.add_argument("layer", choices=["bronze", "silver", "gold", "pipeline"])
+    p = command(
+        "run", run_layer, "a layer's job: Kafka -> bronze -> silver -> gold -> publish (to Kafka)"
+    )
+    p.add_argument("layer", choices=["bronze", "silver", "gold", "pipeline", "publish"])
     p.add_argument("--stream", default="orders")
     p.add_argument("--once", action="store_true", help="process what is available, then stop")
     p.add_argument("--quiet", action="store_true")

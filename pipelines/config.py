@@ -50,6 +50,15 @@ def _matching(pattern: str, what: str) -> AfterValidator:
 
 _DURATION = r"\d+(\.\d+)?\s*(millisecond|second|minute|hour)s?"
 Duration = Annotated[str, _matching(_DURATION, "a duration such as '10 seconds' or '1 minute'")]
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
+
+
+def duration_seconds(duration: str) -> float:
+    """A configured `Duration` ('10 seconds', '500 milliseconds') in seconds."""
+    number, unit = re.fullmatch(_DURATION, duration.strip(), re.IGNORECASE).group(0, 2)
+    return float(re.match(r"[\d.]+", number).group(0)) * _UNIT_SECONDS[unit.lower()]
+
+
 Size = Annotated[str, _matching(r"\d+[kmgt]", "a size such as '2g' or '768m'")]
 TableName = Annotated[str, _matching(r"[\w-]+([./][\w-]+)*", "a table name like 'bronze/orders'")]
 Count = Annotated[int, Field(ge=1)]  # also timeouts in whole seconds
@@ -214,6 +223,17 @@ class StreamConf(_Section):
     dimensions: dict[str, TableName] = {}  # gold: role -> dimension table joined per batch
     enrich: str | None = None  # gold: module with enrich(events, dimensions) and their schemas
     modules: dict[str, str] = {}  # table -> module declaring it, e.g. for a stream in a test
+    # Which records of the topic belong to the stream: `read_committed`, only those of committed
+    # Kafka transactions (and plain records); `read_uncommitted` also takes records of aborted and
+    # still-open transactions. Every consumer of the topic the project runs reads this way.
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    # gold table -> the compacted Kafka topic every change of its rows is published to
+    # (`lakehouse run publish`), exactly once; default `<topic>.<table>`, e.g.
+    # orders.events.gold.revenue_by_category_1m
+    gold_topics: dict[TableName, str] = {}
+    # the publisher's own compacted topic: the last table version it published, per gold table,
+    # committed in the same Kafka transaction as the changes; default `_lakehouse.published.<topic>`
+    published_topic: str | None = None
 
     def module(self, table: str) -> str:
         """The module that declares `table`."""
@@ -223,6 +243,15 @@ class StreamConf(_Section):
     def gaps_table(self) -> str:
         """Bronze: the offset ranges Kafka deleted before they were read."""
         return f"{self.bronze_table}_gaps"
+
+    def gold_topic(self, table: str) -> str:
+        """The topic the changes of gold table `table` are published to."""
+        return self.gold_topics.get(table) or f"{self.topic}.{table.replace('/', '.')}"
+
+    @property
+    def published_versions_topic(self) -> str:
+        """The publisher's topic of published versions (`published_topic`, or its default)."""
+        return self.published_topic or f"_lakehouse.published.{self.topic}"
 
     @property
     def high_water_table(self) -> str | None:
@@ -247,10 +276,13 @@ class BronzeConf(_Section):
 
 
 class SilverConf(_Section):
-    """Silver job: trigger and how much of bronze one micro-batch takes."""
+    """Silver job: trigger, how much of bronze one micro-batch takes, and the clock bound."""
 
     trigger_interval: Duration = "10 seconds"
     max_files_per_trigger: Count | None = 50
+    # an event_time more than this ahead of its record's Kafka timestamp is invalid (quarantined):
+    # one producer with a broken clock must not make every later event late in gold
+    max_clock_skew_minutes: Annotated[int, Field(ge=0)] = 5
 
 
 class PipelineConf(_Section):
@@ -270,6 +302,17 @@ class GoldConf(_Section):
     max_files_per_trigger: Count | None = 50
     seed_dir: str = "conf/seeds"
     check_quality_per_batch: bool = False  # run the gold suites on each batch before its MERGE
+
+
+class PublishConf(_Section):
+    """Gold to Kafka (`lakehouse run publish`): every change of each gold table (`gold_topics` of
+    its stream) to its compacted topic, in version order, in Kafka transactions that also commit
+    the versions published (the stream's `published_topic`), so each change is seen once."""
+
+    trigger_interval: Duration = "1 second"  # how often the gold tables are looked at
+    partitions: Count = 1  # of each gold topic: one keeps every change in the table's order
+    max_versions_per_transaction: Count = 100  # of each table; a backlog goes in several
+    transaction_timeout_s: Count = 60  # Kafka aborts a transaction left open this long
 
 
 class QualityConf(_Section):
@@ -297,7 +340,13 @@ class ClusterConf(_Section):
         return f"spark://{self.host}:{self.master_port}"
 
 
-_DEFAULT_JOBS = ("bronze-orders", "silver-orders", "gold-orders", "pipeline-orders")
+_DEFAULT_JOBS = (
+    "bronze-orders",
+    "silver-orders",
+    "gold-orders",
+    "pipeline-orders",
+    "publish-orders",
+)
 
 
 class MetricsConf(_Section):
@@ -308,8 +357,8 @@ class MetricsConf(_Section):
 
     enabled: bool = True
     host: str = "127.0.0.1"
-    ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(9411, 9415), strict=True))
-    spark_ui_ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(4051, 4055), strict=True))
+    ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(9411, 9416), strict=True))
+    spark_ui_ports: dict[str, Port] = dict(zip(_DEFAULT_JOBS, range(4051, 4056), strict=True))
     targets_file: str | None = None  # default: .lakehouse/prometheus/<env>.json
 
 
@@ -394,6 +443,7 @@ class LakehouseConf(_Section):
     silver: SilverConf = SilverConf()
     gold: GoldConf = GoldConf()
     pipeline: PipelineConf = PipelineConf()
+    publish: PublishConf = PublishConf()
     quality: QualityConf = QualityConf()
     progress_table: ProgressTableConf = ProgressTableConf()
     event_log: EventLogConf = EventLogConf()

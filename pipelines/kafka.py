@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from pipelines.config import (
     SASL_PASSWORD_ENV,
@@ -189,17 +189,18 @@ def ensure_topic(
     partitions: int,
     replication: int,
     min_insync_replicas: int | None = None,
+    settings: dict[str, str] | None = None,
 ) -> bool:
-    """Create the topic if it is missing (with `min.insync.replicas` if given); True when it was
-    created."""
+    """Create the topic if it is missing (with `min.insync.replicas` if given, and the topic
+    `settings`, e.g. cleanup.policy); True when it was created."""
     check_reachable(conf)
     admin = admin_client(conf)
     if topic in admin.list_topics(timeout=conf.kafka.request_timeout_s).topics:
         return False
-    settings = (
-        {} if min_insync_replicas is None else {"min.insync.replicas": str(min_insync_replicas)}
-    )
-    futures = admin.create_topics([NewTopic(topic, partitions, replication, config=settings)])
+    config = dict(settings or {})
+    if min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(min_insync_replicas)
+    futures = admin.create_topics([NewTopic(topic, partitions, replication, config=config)])
     try:
         futures[topic].result(timeout=conf.kafka.request_timeout_s)
     except KafkaException as e:
@@ -213,27 +214,89 @@ def ensure_topic(
 class PartitionWatermarks:
     partition: int
     low: int  # first offset still in Kafka (log start offset)
-    high: int  # next offset to be written (log end offset)
+    # next offset a consumer can read: the log end offset, or under read_committed the last
+    # stable offset (no record of a transaction still open is readable from there on)
+    high: int
 
 
-def topic_watermarks(conf: LakehouseConf, topic: str) -> list[PartitionWatermarks]:
-    """Low and high watermarks of every partition of `topic`."""
-    check_reachable(conf)
+def _partitions(conf: LakehouseConf, topic: str, admin: AdminClient | None = None) -> list[int]:
+    """The partitions of `topic`, or TopicMissingError naming it and the broker."""
     timeout = conf.kafka.request_timeout_s
-    meta = admin_client(conf).list_topics(topic, timeout=timeout).topics.get(topic)
+    meta = (admin or admin_client(conf)).list_topics(topic, timeout=timeout).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise TopicMissingError(
             f"topic {topic!r} does not exist on {conf.kafka.bootstrap_servers}: create it "
             f"(`lakehouse produce` does) or fix the stream's topic in {conf.source}"
         )
+    return sorted(meta.partitions)
+
+
+def topic_watermarks(
+    conf: LakehouseConf, topic: str, isolation_level: str = "read_committed"
+) -> list[PartitionWatermarks]:
+    """Low and high watermarks of every partition of `topic`, the high one as a consumer of
+    `isolation_level` sees it (read_committed: the last stable offset)."""
+    check_reachable(conf)
+    partitions = _partitions(conf, topic)
     own = {"group.id": "lakehouse-watermarks", "enable.auto.commit": False, "log_level": 0}
+    own["isolation.level"] = isolation_level
     consumer = Consumer({**client_settings(conf), **own})
+    timeout = conf.kafka.request_timeout_s
     try:
         return [
             PartitionWatermarks(
                 p, *consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
             )
-            for p in sorted(meta.partitions)
+            for p in partitions
         ]
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class StableOffsets:
+    """Where a partition's records stop being readable by a read_committed consumer: at `stable`,
+    the first offset of the oldest transaction still open (the log end `end` when none is)."""
+
+    partition: int
+    stable: int  # last stable offset
+    end: int  # log end offset
+    open_since_ms: int | None = None  # Kafka timestamp of the open transaction's first record
+
+    @property
+    def held_back(self) -> int:
+        """Offsets a read_committed consumer cannot read yet (the transaction's and those after)."""
+        return self.end - self.stable
+
+
+def stable_offsets(
+    conf: LakehouseConf, topic: str, admin: AdminClient | None = None
+) -> list[StableOffsets]:
+    """Each partition of `topic`: its last stable offset and log end offset, and where a
+    transaction still open holds records back, when it began (its first record, read
+    uncommitted)."""
+    admin = admin or admin_client(conf)
+    timeout = conf.kafka.request_timeout_s
+    parts = _partitions(conf, topic, admin)
+    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in parts}
+    offsets = {}
+    for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        found = admin.list_offsets(wanted, isolation_level=level, request_timeout=timeout)
+        offsets[level] = {tp.partition: f.result().offset for tp, f in found.items()}
+    ends, stables = offsets[IsolationLevel.READ_UNCOMMITTED], offsets[IsolationLevel.READ_COMMITTED]
+    found = [StableOffsets(p, stables[p], ends[p]) for p in parts]
+    if all(s.held_back == 0 for s in found):
+        return found
+    own = {"group.id": "lakehouse-transactions", "enable.auto.commit": False, "log_level": 0}
+    own["isolation.level"] = "read_uncommitted"
+    consumer = Consumer({**client_settings(conf), **own})
+    try:
+        for i, s in enumerate(found):
+            if s.held_back:
+                consumer.assign([TopicPartition(topic, s.partition, s.stable)])
+                first = consumer.consume(1, timeout=min(timeout, 5))
+                if first and first[0].error() is None:
+                    found[i] = replace(s, open_since_ms=first[0].timestamp()[1])
+    finally:
+        consumer.close()
+    return found

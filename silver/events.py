@@ -1,15 +1,41 @@
-"""What silver does with any stream's parsed events: dedupe on the natural key, and the keys of a
-batch that bound its MERGEs. A stream's events module supplies `parse_events`, `KEY` and its
-declaration; its state module `current_state`, `is_newer` and `KEY` (see ARCHITECTURE.md)."""
+"""What silver does with any stream's parsed events: the clock bound on their event time, dedupe
+on the natural key, and the keys of a batch that bound its MERGEs. A stream's events module
+supplies `parse_events`, `KEY` and its declaration; its state module `current_state`, `is_newer`
+and `KEY` (see ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bronze.raw_records import COORDINATES
+
+
+def with_clock_bound(parsed: DataFrame, max_skew_minutes: int) -> DataFrame:
+    """`parsed` with a reason on each valid event whose `event_time` is more than
+    `max_skew_minutes` ahead of its record's `kafka_timestamp` (none where that is null): one
+    producer with a broken clock must not make every later event late."""
+    event_time, sent = F.col("event_time"), F.col("kafka_timestamp")
+    ahead = event_time > sent + F.lit(timedelta(minutes=max_skew_minutes))
+    skew = f"{max_skew_minutes} minute{'' if max_skew_minutes == 1 else 's'}"
+    reason = F.concat(
+        F.lit("event_time "),
+        _iso_instant(event_time),
+        F.lit(" is ahead of the record's Kafka timestamp "),
+        _iso_instant(sent),
+        F.lit(f" by more than the allowed clock skew of {skew}: the producer's clock is wrong"),
+    )
+    return parsed.withColumn("reason", F.coalesce(F.col("reason"), F.when(ahead, reason)))
+
+
+def _iso_instant(t: Column) -> Column:
+    """`t` as ISO-8601 text with its offset (`Z` in a UTC session), fraction digits as needed:
+    2026-11-26T15:00:00Z, 2026-11-26T15:00:00.123Z."""
+    seconds = F.regexp_replace(F.date_format(t, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"), r"\.?0+$", "")
+    return F.concat(seconds, F.date_format(t, "XXX"))
 
 
 def dedupe_events(parsed: DataFrame, key: str, columns: list[str]) -> DataFrame:

@@ -2,7 +2,8 @@
 
 Parsing goes through Spark's VARIANT type, which keeps each JSON value's own type (string,
 integer, exact decimal, null) so that every rule of the spec can be checked exactly, and money
-goes from JSON text to decimal(12,2) without ever being a float.
+goes from JSON text to decimal(12,2) without ever being a float. A value holds exactly one JSON
+object: what follows the object, which Spark's JSON parsers ignore, is checked apart.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ MONEY = DecimalType(12, 2)
 PRICE_READ = DecimalType(38, 10)  # the price as read, before its checks and its cast to MONEY
 MAX_MONEY = 9_999_999_999.99
 INEXACT_PRICE = "unit_price must be a plain decimal of at most 38 digits, without exponent"
+TRAILING_CONTENT = (
+    "value is a JSON object followed by more than whitespace: the contract allows exactly one "
+    "JSON object per record"
+)
+JSON_WHITESPACE = " \t\n\r"  # the only characters JSON allows around a value
 YEARS = (1000, 9999)  # of event_time in UTC: four digits, and Python reads them all
 # ISO-8601 instants with an offset or Z, with 0 to 9 fraction digits.
 EVENT_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS][.SSSSSS][.SSS][.SS][.S]XXX"
@@ -56,6 +62,32 @@ EXPECTATIONS = (
 )
 EVENT_COLUMNS = column_names(SCHEMA)
 REQUIRED_FIELDS = tuple(c for c in EVENT_COLUMNS if c != "event_date")  # all but the derived one
+
+
+def is_one_object(value: Column) -> Column:
+    """Whether a raw `value` (bytes) that parses as a JSON object holds nothing after that object
+    but JSON whitespace (false, never null): Spark's JSON parsers read the first value and ignore
+    the rest."""
+    # Cheap and enough for most records: an object ends with a `}`, so when the only `}` is the
+    # last byte, the object ends there. Read as bytes (a `}` byte is a `}` in UTF-8), which costs
+    # a fraction of a search through characters; then the same with whitespace after it.
+    brace = F.lit(bytearray(b"}"))
+    first_is_last = F.endswith(value, brace) & ~F.contains(
+        F.substr(value, F.lit(1), F.octet_length(value) - 1), brace
+    )
+    text = value.cast("string")
+    through_first = F.octet_length(F.substring_index(text, "}", 1)) + 1
+    then_whitespace = through_first == F.octet_length(F.rtrim(text, F.lit(JSON_WHITESPACE)))
+    # Otherwise (a nested object, a `}` in a string, something after it), two Jackson passes: in
+    # an array, the value alone makes one element, and followed by `,0` two, exactly when nothing
+    # but whitespace follows it; after anything else one of the lengths is wrong or null.
+    alone = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
+    then_one_more = F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2
+    return (
+        F.when(first_is_last, True)
+        .when(then_whitespace, True)
+        .otherwise(F.coalesce(alone & then_one_more, F.lit(False)))
+    )
 
 
 def _reads(v: Column) -> dict[str, Column]:
@@ -113,6 +145,7 @@ def _checks(
         (~F.is_valid_utf8(value.cast("string")), F.lit("value is not valid UTF-8")),
         (v.isNull(), F.lit("value is not JSON")),
         (~top.startswith("OBJECT<"), said("value is not a JSON object but ", F.lower(top))),
+        (~is_one_object(value), F.lit(TRAILING_CONTENT)),
     ]
     checks += [(r(f"type_{n}").isNull(), F.lit(f"missing field '{n}'")) for n in REQUIRED_FIELDS]
     checks += [(r(f"type_{n}") == "VOID", F.lit(f"field '{n}' is null")) for n in REQUIRED_FIELDS]
@@ -177,8 +210,9 @@ def _field_by_field(
 
 # The common case, converted at once: a JSON object with exactly the required fields, each of its
 # JSON type (`schema_of_variant` prints the whole object's type, fields sorted by name), is read
-# by `from_json` into one struct, and its event time in the plain ISO form is a cast too. Every
-# other record (invalid, or with fields the spec allows but does not name) takes the field-by-field
+# by `from_json` into one struct when nothing but whitespace follows it (`is_one_object`: both
+# parsers ignore what does), and its event time in the plain ISO form is a cast too. Every other
+# record (invalid, or with fields the spec allows but does not name) takes the field-by-field
 # checks, which name what is wrong. Both give the same row for the same record (see the unit
 # tests). `from_json` reads only records that the variant parse accepted and whose every field has
 # the JSON type of its column, so its own leniencies (a number read into a string, a string into a
@@ -202,10 +236,9 @@ PLAIN_TIME = (
 
 def plain_shape(value: Column, v: Column) -> Column:
     """The raw `value` as one struct of the required fields when its parsed JSON `v` has the
-    common shape, else null."""
-    return F.when(
-        F.schema_of_variant(v).rlike(SIGNATURE), F.from_json(value.cast("string"), _AS_STRUCT)
-    )
+    common shape and nothing follows it, else null."""
+    common = F.schema_of_variant(v).rlike(SIGNATURE) & is_one_object(value)
+    return F.when(common, F.from_json(value.cast("string"), _AS_STRUCT))
 
 
 def plain_fields(value: Column, shape: Column) -> tuple[dict[str, Column], Column]:

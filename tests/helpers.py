@@ -114,3 +114,12 @@ def kill_at_random_instants(
             killed += 1
         proc.wait()
     return killed
+
+
+def wait_for(done, job: subprocess.Popen, log: Path, timeout_s: float = 180, poll_s: float = 0.2):
+    """Poll `done` until true; fail with the job's log if it ends or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(poll_s)

@@ -1,9 +1,11 @@
 """Hostile records for the order-events contract, seeded, and a plain-Python oracle of silver.
 
-The generator mixes random bytes, random JSON, truncated JSON, and valid events with fields
-replaced by boundary values (numbers beyond a long or decimal(12,2), exponent forms, dates that do
-not exist, offsets out of range, empty ids, huge strings). The oracle decides each record from the
-contract (`shared/spec/orders-stream.md`) without Spark: valid with its typed row, or invalid.
+The generator mixes random bytes, random JSON, truncated JSON, valid events followed by
+whitespace or by more (another object, text, a bracket), event times ahead of the time the records
+are sent, and valid events with fields replaced by boundary values (numbers beyond a long or
+decimal(12,2), exponent forms, dates that do not exist, offsets out of range, empty ids, huge
+strings). The oracle decides each record from the contract (`shared/spec/orders-stream.md`) and
+its Kafka timestamp without Spark: valid with its typed row, or invalid.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 MAX_LONG = 2**63 - 1
@@ -93,6 +95,35 @@ CANDIDATES = {
 KIND_OF = {**dict.fromkeys(IDS, "id"), **dict.fromkeys(INTEGERS, "int")}
 KIND_OF |= {"unit_price": "price", "event_type": "event_type", "currency": "currency"}
 KIND_OF["event_time"] = "time"
+# what may follow a valid event's JSON: JSON whitespace (still valid), or anything else (invalid)
+AROUND = [b" ", b"\n", b"\t\r\n  "]
+AFTER = [
+    *AROUND,
+    b' {"event_id": "again"}',
+    b"{}",
+    b"garbage",
+    b" x",
+    b"]",
+    b",0]",
+    b",{}",
+    b",",
+    b" ,",
+    b"/*c*/",
+    b"\x00",
+    b"\x0b",
+    b"\x0c",
+    "\u00a0".encode(),
+    "\u2028".encode(),
+]
+# how far ahead of the time the records are generated (before they are sent) an event_time goes
+AHEAD = [
+    timedelta(minutes=4, seconds=59),
+    timedelta(minutes=5),
+    timedelta(minutes=5, seconds=1),
+    timedelta(minutes=10),
+    timedelta(days=1),
+    timedelta(days=365),
+]
 
 
 def _valid_fields(rng: random.Random, n: int) -> dict[str, str]:
@@ -110,6 +141,12 @@ def _valid_fields(rng: random.Random, n: int) -> dict[str, str]:
         "unit_price": f"{rng.randrange(1, 100_000) / 100:.2f}",
         "event_time": json.dumps(t.strftime("%Y-%m-%dT%H:%M:%SZ")),
     }
+
+
+def _json_instant(t: datetime, offset: timedelta = timedelta(0)) -> str:
+    """The JSON text of instant `t` written in the local time of `offset`, milliseconds kept."""
+    local = (t + offset).replace(tzinfo=timezone(offset))
+    return json.dumps(local.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
 
 
 def _object(fields: dict[str, str]) -> bytes:
@@ -132,8 +169,9 @@ def _random_json(rng: random.Random, depth: int = 0) -> object:
     return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
 
 
-def hostile_values(seed: int, n: int) -> list[bytes]:
-    """`n` hostile record values, deterministic for `seed`; about a third of them valid."""
+def hostile_values(seed: int, n: int, now: datetime) -> list[bytes]:
+    """`n` hostile record values, deterministic for `seed` and `now` (about when they are sent:
+    not after); about a third of them valid."""
     rng = random.Random(seed)
     values: list[bytes] = []
     for i in range(n):
@@ -155,11 +193,26 @@ def hostile_values(seed: int, n: int) -> list[bytes]:
                 value = _object(fields)[:-1] + f", {json.dumps(name)}: {fields[name]}}}".encode()
             else:
                 value = _object({**fields, "note": json.dumps(_random_json(rng))})
-        elif roll < 0.72:  # any JSON at all
+        elif roll < 0.69:  # any JSON at all
             value = json.dumps(_random_json(rng)).encode()
-        elif roll < 0.80:  # a valid event cut short
+        elif roll < 0.75:  # a valid event cut short
             whole = _object(fields)
             value = whole[: rng.randrange(len(whole))]
+        elif roll < 0.83:  # whitespace or more after a valid event, maybe with more than one `}`
+            how = rng.randrange(3)
+            if how == 1:  # a nested object
+                fields["note"] = json.dumps({"gift": {"wrap": rng.random() < 0.5}})
+            elif how == 2:  # a `}` in a string
+                fields["product_id"] = json.dumps(rng.choice(["p-}", "}{", "p-0001}"]))
+            value = rng.choice([b"", *AROUND]) + _object(fields) + rng.choice(AFTER)
+        elif roll < 0.87:  # an event time ahead of when it is sent: the producer's clock is wrong
+            offset = timedelta(minutes=rng.choice([0, 0, 330, -600]))
+            fields["event_time"] = (
+                _json_instant(now + rng.choice(AHEAD), offset)
+                if rng.random() < 0.8
+                else rng.choice(['"9999-06-01T00:00:00Z"', '"9999-12-31T23:59:59+14:00"'])
+            )
+            value = _object(fields)
         elif roll < 0.95:  # random bytes
             value = rng.randbytes(rng.randrange(0, 300))
         elif roll < 0.97:  # a huge id, string or record
@@ -171,12 +224,17 @@ def hostile_values(seed: int, n: int) -> list[bytes]:
     return values
 
 
-def edge_values(seed: int) -> list[bytes]:
-    """Valid events at the edges (quantity 1,000,000, an event_time in year 9999, an event_id of
-    8 MB), an unknown currency of 4 MB, and 9 MB of random bytes: the local broker takes 10 MB."""
+def edge_values(seed: int, now: datetime, max_skew_minutes: int) -> list[bytes]:
+    """Valid events at the edges (quantity 1,000,000, the earliest event_time, the latest one the
+    clock bound allows records sent from `now` on, an event_id of 8 MB), an event_time in year
+    9999 (ahead of any Kafka timestamp), an unknown currency of 4 MB, and 9 MB of random bytes:
+    the local broker takes 10 MB."""
     rng = random.Random(seed)
+    latest = now.replace(microsecond=now.microsecond // 1000 * 1000)  # Kafka keeps milliseconds
     edges = [
         {"quantity": "1000000"},
+        {"event_time": '"1000-01-01T00:00:00Z"'},
+        {"event_time": _json_instant(latest + timedelta(minutes=max_skew_minutes))},
         {"event_time": '"9999-06-01T00:00:00Z"'},
         {"event_id": json.dumps("\U0010ffff" + "x" * 8_000_000)},  # the greatest key too
         {"currency": json.dumps("E" * 4_000_000)},
@@ -225,8 +283,11 @@ def _plain_decimal(text: str) -> Decimal | None:
     return Decimal(text)
 
 
-def oracle_row(value: bytes | None) -> tuple | None:
-    """The typed silver row of a record (in EVENT_COLUMNS order), or None when it is invalid."""
+def oracle_row(
+    value: bytes | None, kafka_timestamp: datetime | None, max_skew_minutes: int
+) -> tuple | None:
+    """The typed silver row of a record (in EVENT_COLUMNS order), or None when it is invalid.
+    `kafka_timestamp`: the record's, naive UTC (as Spark returns it in this process), or None."""
     try:
         e = json.loads(
             value.decode("utf-8"),
@@ -259,6 +320,8 @@ def oracle_row(value: bytes | None) -> tuple | None:
     t = _instant(e["event_time"])
     if t is None or not 1000 <= t.year <= 9999:
         return None
+    if kafka_timestamp is not None and t > kafka_timestamp + timedelta(minutes=max_skew_minutes):
+        return None  # the producer's clock is wrong
     return (
         e["event_id"],
         e["order_id"],

@@ -7,6 +7,11 @@ Exactly once, however it stops:
   after the offsets the table holds;
 - offsets that Kafka deleted before bronze read them (retention) stop the job with a message naming
   topic, partition and range, or, with `bronze.on_data_loss: record`, are kept in `<table>_gaps`.
+
+Only committed records belong to a stream (`isolation_level: read_committed`, the default): a
+record of an aborted Kafka transaction never lands, one of a transaction still open waits (with
+every later record of its partition) until it commits. The offsets that transaction markers and
+aborted records take are never data: no batch, gap or lag counts them.
 """
 
 from __future__ import annotations
@@ -163,7 +168,8 @@ class AppendRawRecords(IdempotentSink):
         files, checkpoint = Files(spark), self.tables.checkpoint
         start = checkpoints.batch_start_offsets(files, checkpoint, batch_id, topic) or {}
         end = checkpoints.batch_end_offsets(files, checkpoint, batch_id, topic) or {}
-        low = {w.partition: w.low for w in topic_watermarks(self.conf, topic)}
+        watermarks = topic_watermarks(self.conf, topic, self.stream.isolation_level)
+        low = {w.partition: w.low for w in watermarks}
         gaps = []
         for p, s in start.items():
             e = end.get(p, s)
@@ -177,7 +183,9 @@ class AppendRawRecords(IdempotentSink):
                 .agg(F.min("offset"))
                 .first()[0]
             )
-            last_missing = (first - 1) if first is not None else min(low[p], e) - 1
+            # what Kafka deleted ends before its first offset left, or the first record read: the
+            # offsets between those two are transaction markers or aborted records, never data
+            last_missing = min(low[p], e if first is None else first) - 1
             if last_missing >= s:
                 gaps.append(OffsetGap(topic, p, s, last_missing))
         record_gaps(spark, self.tables.gaps, gaps, f"batch {batch_id}")
@@ -204,7 +212,7 @@ def start_bronze(
     max_offsets = conf.bronze.max_offsets_per_trigger if max_offsets == -1 else max_offsets
     topic = stream.topic
     # names the broker if it is unreachable, the topic if it is missing
-    watermarks = topic_watermarks(conf, topic)
+    watermarks = topic_watermarks(conf, topic, stream.isolation_level)
     sink = sink or AppendRawRecords(conf, stream, tables)
     if not has_log(spark, tables.raw):
         # a new table is created while the query starts, and the first write waits for it: a
@@ -241,6 +249,8 @@ def start_bronze(
         "startingOffsets": starting,
         "includeHeaders": "true",
         "failOnDataLoss": str(conf.bronze.on_data_loss == "fail").lower(),
+        # only committed records (the default): aborted ones never, open ones once committed
+        "kafka.isolation.level": stream.isolation_level,
     }
     if max_offsets:
         options["maxOffsetsPerTrigger"] = str(max_offsets)
@@ -308,7 +318,8 @@ def _explain_failure(
     lowered = str(e).lower()
     if any(s in lowered for s in ("data loss", "may have been lost", "out of range", "outofrange")):
         resume = checkpoints.resume_offsets(Files(spark), tables.checkpoint, stream.topic) or {}
-        gaps = _retention_gaps(stream.topic, resume, topic_watermarks(conf, stream.topic))
+        watermarks = topic_watermarks(conf, stream.topic, stream.isolation_level)
+        gaps = _retention_gaps(stream.topic, resume, watermarks)
         if gaps:
             return RetentionGapError(gaps, conf, tables.name)
     return None

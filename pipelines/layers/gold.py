@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import logging
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import reduce
 
@@ -67,7 +67,10 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
             "late_events_table"
         )
     late, high_water = stream.late_events_table, stream.high_water_table
-    decl = {name: declared(stream.module(name), name) for name in stream.gold_tables}
+    # every gold table keeps its change data feed: the publish job reads its changes from it
+    decl = {
+        name: _with_change_feed(declared(stream.module(name), name)) for name in stream.gold_tables
+    }
     decl[late] = declared(stream.module(late), late)
     decl[high_water] = declared(gold.late_events, high_water, prefix="HIGH_WATER_")
     for role, name in stream.dimensions.items():
@@ -84,6 +87,13 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
         checkpoint=conf.checkpoint_path(f"gold/{stream_name}"),
         declarations=decl,
     )
+
+
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+
+
+def _with_change_feed(table: Table) -> Table:
+    return replace(table, properties={**table.properties, **CHANGE_FEED})
 
 
 def seed_dimensions(spark: SparkSession, conf: LakehouseConf, stream: str = "orders") -> dict:

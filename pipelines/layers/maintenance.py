@@ -21,6 +21,7 @@ to cover the oldest version one of them has still to read.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from pyspark.sql import functions as F
 from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.layers.declared import declared_tables
+from pipelines.layers.publish import POSITION_FILE
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import (
     WRITE_CONFLICTS,
@@ -225,9 +227,14 @@ def partition_predicate(values: dict[str, str | None], columns: tuple[str, ...])
 
 def stream_readers(spark: SparkSession, conf: LakehouseConf) -> list[Reader]:
     """Every streaming query with a checkpoint under the storage root that reads a Delta table,
-    where its last committed batch ended (before any: where its first planned one starts)."""
+    where its last committed batch ended (before any: where its first planned one starts), and
+    every publish job where its position says it reads next."""
     files, found = Files(spark), []
     for checkpoint in _checkpoints(files, f"{conf.root}/_checkpoints", depth=3):
+        if (position := files.read_text(f"{checkpoint}/{POSITION_FILE}")) is not None:
+            for table_id, version in json.loads(position)["next_versions"].items():
+                found.append(Reader(checkpoint, table_id, int(version)))
+            continue
         batches = checkpoints.batches(files, f"{checkpoint}/offsets")
         committed = [b for b in checkpoints.batches(files, f"{checkpoint}/commits") if b in batches]
         batch = max(committed) if committed else min(batches, default=None)
@@ -243,7 +250,7 @@ def stream_readers(spark: SparkSession, conf: LakehouseConf) -> list[Reader]:
 def _checkpoints(files: Files, folder: str, depth: int) -> list[str]:
     """The folders under `folder` (down to `depth` levels) that hold a streaming checkpoint."""
     names = files.names(folder)
-    if "offsets" in names:
+    if "offsets" in names or POSITION_FILE in names:
         return [folder]
     if depth == 0:
         return []

@@ -1,10 +1,12 @@
 """The silver job: a stream's bronze raw records to typed events, current state and quarantine.
 
 Generic over streams: the stream's events module parses and validates (`parse_events`, `KEY`),
-its state module says what the current state is (`current_state`, `is_newer`, `KEY`). Each
-micro-batch is parsed once, then written up to three times, each write made once per batch by
-the shared sink (Delta's transaction ids on the MERGEs, the batch its commit records for the
-append), so a replayed batch changes nothing, not even a table version:
+its state module says what the current state is (`current_state`, `is_newer`, `KEY`); whatever
+the stream, an event more than `silver.max_clock_skew_minutes` ahead of its record's Kafka
+timestamp is invalid (`with_clock_bound`). Each micro-batch is parsed once, then written up to
+three times, each write made once per batch by the shared sink (Delta's transaction ids on the
+MERGEs, the batch its commit records for the append), so a replayed batch changes nothing, not
+even a table version:
 - invalid records are appended to the quarantine table with their reason, and so are those
   whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
   added at any time: both read from the table's metadata each batch);
@@ -50,6 +52,7 @@ from silver.events import (
     key_condition,
     new_events,
     refused_reason,
+    with_clock_bound,
 )
 from silver.quarantine import quarantined_records
 
@@ -63,6 +66,7 @@ class SilverTables:
     checkpoint: str
     names: tuple[str, str | None, str]  # events, state, quarantine as configured
     stream: StreamConf
+    max_clock_skew_minutes: int  # an event_time further ahead of its Kafka timestamp is invalid
 
 
 def silver_tables(conf: LakehouseConf, stream: StreamConf) -> SilverTables:
@@ -80,6 +84,7 @@ def silver_tables(conf: LakehouseConf, stream: StreamConf) -> SilverTables:
         checkpoint=conf.checkpoint_path(events),
         names=(events, state, quarantine),
         stream=stream,
+        max_clock_skew_minutes=conf.silver.max_clock_skew_minutes,
     )
 
 
@@ -129,7 +134,12 @@ class UpsertSilver(IdempotentSink):
     def parse(self, batch: DataFrame) -> ParsedBatch:
         """The batch parsed and checked (cached until the batch ends), and its keys' ranges."""
         with self.step("silver.parse"):
-            parsed = self.cache(self.refusing(batch.transform(self.events.parse_events)))
+            parsed = (
+                batch.transform(self.events.parse_events)
+                .transform(with_clock_bound, self.tables.max_clock_skew_minutes)
+                .transform(self.refusing)
+            )
+            parsed = self.cache(parsed)
             keys = batch_keys(
                 parsed, self.events.KEY, self.partition, self.state and self.state.KEY
             )

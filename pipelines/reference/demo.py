@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from pipelines.config import LakehouseConf
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
+from pipelines.layers.publish import run_publish
 from pipelines.layers.quality import QualityCheckFailedError, run_quality
 from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.local import broker
@@ -20,7 +21,8 @@ from pipelines.streaming.spark import build_spark
 
 def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) -> None:
     """Start Kafka, then in `rounds` rounds: produce a part of a stream with every twist and run
-    bronze, silver and gold on what arrived (as a scheduled job would); print a summary."""
+    bronze, silver and gold on what arrived, then publish gold's changes to Kafka (as a scheduled
+    job would); print a summary."""
     broker.start(conf)
     stream = conf.stream(conf.producer.stream)
     plan = generate_orders_stream(
@@ -34,7 +36,7 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     )
     spark = build_spark(conf, app_name="lakehouse-demo")
     seed_dimensions(spark, conf)
-    seconds = _run_rounds(spark, conf, plan, stream.topic, rounds)
+    seconds, published = _run_rounds(spark, conf, plan, stream.topic, rounds)
     records = len(plan.records)
     print("\n=== lakehouse demo: summary ===")
     print(f"produced this run   {records:>10,} records to {stream.topic}")
@@ -47,6 +49,10 @@ def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) ->
     _print_runs("silver", seconds, records, "records/s")
     _gold_summary(spark, conf)
     _print_runs("gold", seconds, events, "events/s")
+    for table, messages in published.items():
+        topic = stream.gold_topic(table)
+        print(f"{table:<27} {messages:>6,} changes published to Kafka topic {topic}")
+    _print_runs("publish", seconds, sum(published.values()), "messages/s, exactly once")
     _quality_summary(spark, conf)
 
 
@@ -55,9 +61,10 @@ def _print_runs(layer: str, seconds: dict[str, float], count: int, unit: str) ->
 
 
 def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, topic: str, rounds: int):
-    """Seconds per layer over `rounds` parts of the plan, each produced then run `--once`."""
-    layers = {"bronze": run_bronze, "silver": run_silver, "gold": run_gold}
-    seconds = dict.fromkeys(layers, 0.0)
+    """Seconds per layer over `rounds` parts of the plan, each produced then run `--once`, and
+    the changes published per gold table."""
+    layers = {"bronze": run_bronze, "silver": run_silver, "gold": run_gold, "publish": run_publish}
+    seconds, published = dict.fromkeys(layers, 0.0), {}
     records = plan.records
     for i in range(rounds):
         part = records[len(records) * i // rounds : len(records) * (i + 1) // rounds]
@@ -65,9 +72,12 @@ def _run_rounds(spark, conf: LakehouseConf, plan: StreamPlan, topic: str, rounds
         produce_plan(conf, StreamPlan(plan.options, part), topic, track=False)
         for layer, run in layers.items():
             started = time.monotonic()
-            run(spark, conf, conf.producer.stream, once=True)
+            done = run(spark, conf, conf.producer.stream, once=True)
             seconds[layer] += time.monotonic() - started
-    return seconds
+            for r in done if layer == "publish" else ():
+                for table, messages in r.messages.items():
+                    published[table] = published.get(table, 0) + messages
+    return seconds, published
 
 
 def _bronze_summary(spark, conf: LakehouseConf, stream) -> None:

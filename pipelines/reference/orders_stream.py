@@ -21,8 +21,12 @@ from silver.order_events import CURRENCIES, REQUIRED_FIELDS
 
 INVALID_KINDS = tuple(
     "not_json not_object missing_field null_field wrong_type rule_broken unknown_event_type "
-    "unknown_currency too_many_decimals bad_event_time invalid_utf8".split()
+    "unknown_currency too_many_decimals bad_event_time invalid_utf8 trailing_content "
+    "future_event_time".split()
 )
+# what a trailing_content record has after a valid event's JSON: a second object, or text
+TRAILERS = (b' {"event_id": "again"}', b"{}", b" and more", b"\n]")
+FUTURE = timedelta(days=36_525)  # a future_event_time's, ahead of its template's: 100 years
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,18 @@ def _invalid_value(kind: str, rng: random.Random, template: dict) -> bytes:
         bad["event_time"] = rng.choice(["yesterday", "2026-13-45T99:00:00Z", "1700000000"])
     elif kind == "invalid_utf8":
         return encode_event(bad).replace(b'"currency": "', b'"currency": "\xff\xfe', 1)
+    elif kind == "trailing_content":
+        return encode_event(bad) + rng.choice(TRAILERS)
+    elif kind == "future_event_time":  # invalid whatever day the record is sent
+        at = datetime.fromisoformat(template["event_time"].replace("Z", "+00:00"))
+        bad["event_time"] = _iso(at + FUTURE)
     return encode_event(bad)
+
+
+def event_time_span(plan: StreamPlan) -> timedelta:
+    """From the first event time of a plan to its last (the stream clock's run)."""
+    events = sum(1 for r in plan.records if r.kind == "event")
+    return max(0, events - 1) * timedelta(seconds=1 / plan.options.events_per_second)
 
 
 def generate_orders_stream(opts: StreamOptions) -> StreamPlan:

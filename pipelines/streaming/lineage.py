@@ -84,7 +84,11 @@ def job_datasets(
         "silver": [dataset(conf, s.bronze_table)],
         "gold": [dataset(conf, t) for t in (s.events_table, *s.dimensions.values()) if t],
         "pipeline": kafka + [dataset(conf, t) for t in s.dimensions.values()],
+        "publish": [dataset(conf, t) for t in s.gold_tables],
     }[layer]
+    if layer == "publish":  # the gold tables to their topics, and the versions published
+        topics = [s.gold_topic(t) for t in s.gold_tables] + [s.published_versions_topic]
+        return reads, [topic_dataset(conf, t) for t in topics]
     writes = [dataset(conf, t) for t in job_tables(conf, layer, stream)]
     return reads, writes
 

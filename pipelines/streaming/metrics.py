@@ -1,8 +1,10 @@
 """The lakehouse's own Prometheus metrics of a long-running layer job, at its fixed port.
 
 Per query, from each micro-batch's progress: batches and input rows (counters), input and
-processed rows/s, batch duration, and the Kafka lag of each partition (the newest offset less the
-batch's end offset). Per table the job writes, read from the table's own log at each scrape
+processed rows/s, batch duration, and the Kafka lag of each partition (the newest offset the job
+may read less the batch's end offset: under read_committed the last stable offset, so records
+behind a transaction still open are not lag). Per topic a job reads, at each scrape: the offsets
+that transactions still open hold back, and how long the oldest of them has been open. Per table the job writes, read from the table's own log at each scrape
 (delta-rs, no Spark job): rows, version, the time of the newest commit (Delta's history) and of
 the newest event committed (the log's column statistics). Per data-quality suite on those tables,
 its last verdict (the results table). Spark's own metrics are served by its UI beside these.
@@ -10,6 +12,7 @@ its last verdict (the results table). Spark's own metrics are served by its UI b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from pipelines import logs
 from pipelines.config import LakehouseConf
+from pipelines.kafka import admin_client, stable_offsets
 from pipelines.streaming.console import kafka_lag_per_partition
 
 log = logs.get("metrics")
@@ -36,6 +40,12 @@ EVENT_TIME_COLUMNS = (
 _current: JobMetrics | None = None
 
 
+def observe_publication(done) -> None:
+    """Count a publish job's transaction (a `publish.Round`) in this process's metrics."""
+    if _current is not None:
+        _current.observe_publication(done)
+
+
 def observe(query_name: str, progress) -> None:
     """Count a micro-batch's progress in this process's job metrics (if they are served)."""
     if _current is not None:
@@ -45,7 +55,7 @@ def observe(query_name: str, progress) -> None:
 class JobMetrics:
     """A job's metrics registry: progress gauges and counters, and its tables' figures."""
 
-    def __init__(self, conf: LakehouseConf, tables: list[str]) -> None:
+    def __init__(self, conf: LakehouseConf, tables: list[str], topics: list[str] = ()) -> None:
         self.registry = r = CollectorRegistry()
         q = ["query"]
         self.batches = Counter("lakehouse_batches", "Micro-batches completed", q, registry=r)
@@ -66,7 +76,32 @@ class JobMetrics:
             ["query", "topic", "partition"],
             registry=r,
         )
+        t = ["table"]
+        self.published = Counter(
+            "lakehouse_published_messages",
+            "Messages published to Kafka, per gold table",
+            t,
+            registry=r,
+        )
+        self.published_version = Gauge(
+            "lakehouse_published_version", "Newest table version committed to Kafka", t, registry=r
+        )
+        self.publish_delay = Gauge(
+            "lakehouse_publish_delay_seconds",
+            "From the commit of a table's newest version published to Kafka's commit of it",
+            t,
+            registry=r,
+        )
         r.register(TableFigures(conf, tables))
+        if topics:
+            r.register(OpenTransactions(conf, list(topics)))
+
+    def observe_publication(self, done) -> None:
+        for table, (_, last) in done.versions.items():
+            self.published.labels(table).inc(done.messages[table])
+            self.published_version.labels(table).set(last)
+        for table, delay in done.delays().items():
+            self.publish_delay.labels(table).set(delay)
 
     def observe(self, query_name: str, p) -> None:
         q = query_name or "query"
@@ -167,6 +202,50 @@ class TableFigures(Collector):
         yield from (passed, when)
 
 
+class OpenTransactions(Collector):
+    """At each scrape, per partition of the topics a job reads (read_committed): the offsets a
+    transaction still open holds back, and since when it is open. Kafka aborts a transaction
+    after its producer's transaction.timeout.ms; until then every later record of the partition
+    waits, and a read_committed job reads none of them."""
+
+    def __init__(self, conf: LakehouseConf, topics: list[str]) -> None:
+        self.conf, self.topics = conf, topics
+        self._admin = None
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        """The families, without samples (no Kafka request)."""
+        labels = ["topic", "partition"]
+        return [
+            GaugeMetricFamily(
+                "lakehouse_kafka_open_transaction_offsets",
+                "Offsets a Kafka transaction still open holds back (log end less last stable "
+                "offset)",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "lakehouse_kafka_open_transaction_age_seconds",
+                "How long the oldest transaction still open in the partition has been open",
+                labels=labels,
+            ),
+        ]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        held, age = self.describe()
+        for topic in self.topics:
+            try:
+                self._admin = self._admin or admin_client(self.conf)
+                found = stable_offsets(self.conf, topic, self._admin)
+            except Exception as e:  # Kafka did not answer: no figure this time
+                log.debug("no transaction figures for %s: %s", topic, e)
+                continue
+            now_ms = time.time() * 1000
+            for t in found:
+                since = t.open_since_ms
+                held.add_metric([topic, str(t.partition)], t.held_back)
+                age.add_metric([topic, str(t.partition)], max(0, now_ms - (since or now_ms)) / 1000)
+        yield from (held, age)
+
+
 def _values(actions, column: str) -> list:
     return actions.column(column).to_pylist()
 
@@ -177,7 +256,8 @@ def job_tables(conf: LakehouseConf, layer: str, stream: str) -> list[str]:
     bronze = [s.bronze_table, s.gaps_table]
     silver = [t for t in (s.events_table, s.state_table, s.quarantine_table) if t]
     gold = [t for t in (*s.gold_tables, s.late_events_table, s.high_water_table) if t]
-    return {"bronze": bronze, "silver": silver, "gold": gold}.get(layer, bronze + silver + gold)
+    layers = {"bronze": bronze, "silver": silver, "gold": gold, "publish": list(s.gold_tables)}
+    return layers.get(layer, bronze + silver + gold)
 
 
 @contextmanager
@@ -193,7 +273,9 @@ def serve(conf: LakehouseConf, layer: str, stream: str) -> Iterator[JobMetrics |
             log.warning("no metrics for job %s: no metrics.ports.%s in %s", job, job, conf.source)
         yield None
         return
-    metrics = JobMetrics(conf, job_tables(conf, layer, stream))
+    s = conf.stream(stream)
+    reads_kafka = layer in ("bronze", "pipeline") and s.isolation_level == "read_committed"
+    metrics = JobMetrics(conf, job_tables(conf, layer, stream), [s.topic] if reads_kafka else [])
     try:
         server, thread = start_http_server(port, addr=m.host, registry=metrics.registry)
     except OSError as e:

@@ -22,6 +22,7 @@ from tests import helpers
 from tests.conftest import S3_SECRET, _free_port, subprocess_env
 from tests.helpers import SILVER_AND_GOLD as TABLES
 from tests.helpers import produce, s3_objects
+from tests.integration.test_publish import assert_published_exactly
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +66,9 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     try:
         assert (status.alive_workers, status.cores) == (2, 2)
         lines: list[str] = []
-        # the shipped batch spec: set-up, bronze, silver, gold, and both quality tasks, which run
-        # beside each other and append to one results table (two drivers)
+        # the shipped batch spec: set-up, bronze, silver, gold, both quality tasks, which run
+        # beside each other and append to one results table (two drivers), and gold's changes
+        # published to Kafka
         run = JobRunner(
             conf,
             load_job_spec("conf/jobs/orders_batch.yaml"),
@@ -79,7 +81,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         c = conf.cluster
         with urllib.request.urlopen(f"http://{c.host}:{c.master_webui_port}/json/") as r:
             apps = json.loads(r.read())["completedapps"]
-        tasks = ["setup", "bronze", "silver", "gold", "quality_silver", "quality_gold"]
+        tasks = ["setup", "bronze", "silver", "gold", "quality_silver", "quality_gold", "publish"]
         assert sorted((a["name"], a["state"]) for a in apps) == [
             (name, "FINISHED")
             for name in sorted(
@@ -90,6 +92,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
                     "lakehouse-gold-orders",
                     "lakehouse-quality",
                     "lakehouse-quality",
+                    "lakehouse-publish-orders",
                 ]
             )
         ]
@@ -116,7 +119,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     # the layer jobs' event logs (rolling, one folder per application), read there by Spark's own
     # History Server
     logs = sorted(p.name for p in (stored / "_spark_events").iterdir())
-    assert [name.split("_", 2)[:2] for name in logs] == [["eventlog", "v2"]] * 3, logs
+    assert [name.split("_", 2)[:2] for name in logs] == [["eventlog", "v2"]] * 4, logs
     history.start(conf, quiet=True)
     try:
         listed = history.applications(conf)
@@ -125,6 +128,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     assert sorted((a["name"], a["attempts"][0]["completed"]) for a in listed) == [
         ("lakehouse-bronze-orders", True),
         ("lakehouse-gold-orders", True),
+        ("lakehouse-publish-orders", True),
         ("lakehouse-silver-orders", True),
     ]
     assert sorted(f"eventlog_v2_{a['id']}" for a in listed) == logs
@@ -155,9 +159,26 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
             "gold/orders",
         ),
     }  # fmt: skip
+    jobs = [*expected, "publish-orders"]
     assert sorted({e["job"]["name"] for e in events}) == sorted(
-        [*expected, *(f"{job}.micro_batch" for job in expected)]
+        [*jobs, *(f"{job}.micro_batch" for job in jobs)]
     )
+    # the publish job: the gold tables in, their topics and the published versions out, one
+    # micro-batch run per Kafka transaction; the topics hold every change of the tables once
+    stream = conf.streams["orders"]
+    gold = ["gold/revenue_by_category_1m", "gold/orders_by_country_5m"]
+    out = [stream.gold_topic(t) for t in gold] + [stream.published_versions_topic]
+    [(_, states)] = _runs(e for e in events if e["job"]["name"] == "publish-orders").items()
+    assert states == ("START", "COMPLETE")
+    rounds = [e for e in events if e["job"]["name"] == "publish-orders.micro_batch"]
+    assert set(_runs(rounds).values()) == {("START", "COMPLETE")} and rounds
+    for e in events:
+        if e["job"]["name"].startswith("publish-orders"):
+            assert [(d["namespace"], d["name"]) for d in e["inputs"]] == [table(t) for t in gold]
+            assert [(d["namespace"], d["name"]) for d in e["outputs"]] == [
+                (kafka[0], t) for t in out
+            ]
+    assert_published_exactly(spark, conf)
     for job, (reads, writes, checkpoint) in expected.items():
         [(run_id, states)] = _runs(e for e in events if e["job"]["name"] == job).items()
         assert states == ("START", "COMPLETE"), job

@@ -235,7 +235,7 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
             ).read_text()[-3000:]
             time.sleep(0.5)
         tasks = _processes_of_runner(first.pid)
-        assert len(tasks) >= 6, tasks  # three layers: a JVM and a Python driver each
+        assert len(tasks) >= 6, tasks  # three layers at least: a JVM and a Python driver each
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         deadline = time.monotonic() + 120
@@ -277,8 +277,9 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
         "bronze": ("FAILED", died),
         "silver": ("FAILED", died),
         "gold": ("FAILED", died),
+        "publish": ("FAILED", died),
     }
-    for task in ("bronze", "silver", "gold"):
+    for task in ("bronze", "silver", "gold", "publish"):
         assert "the job runner (pid" in Path(dead[task]["log_path"]).read_text()
     assert close_dead_runs(lake) == []  # the second runner closed them, once
     rows = list(last.values())
@@ -288,12 +289,15 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
         "bronze": ("CANCELED", 0),
         "silver": ("CANCELED", 0),
         "gold": ("CANCELED", 0),
+        "publish": ("CANCELED", 0),
     }, text[-3000:]
     for r in rows:
         task_log = Path(r["log_path"]).read_text()
         # the only traceback allowed: a batch that started after the signal, refused unwritten
         assert "Traceback" not in task_log or "StopRequested" in task_log, task_log[-3000:]
-        if r["task"] != "setup":
+        if r["task"] == "publish":
+            assert "SIGTERM received, stopping after the current transaction" in task_log
+        elif r["task"] != "setup":
             assert "SIGTERM received, stopping after the current batch" in task_log
     # nothing half-written: no table holds a write of a batch its checkpoint did not commit
     layers = {
@@ -351,6 +355,14 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
         }
         committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
         assert with_rows and with_rows <= committed, (task, with_rows, committed)
+
+    # the publish task, killed with its runner, then stopped by SIGTERM: once caught up, every
+    # gold change is in its topic once
+    from pipelines.layers.publish import run_publish
+    from tests.integration.test_publish import assert_published_exactly
+
+    run_publish(spark, lake, once=True, progress=False)
+    assert_published_exactly(spark, lake)
 
 
 def test_a_scheduled_job_runs_at_its_fire_times_one_run_at_a_time(lake, tmp_path):

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from pipelines.kafka import admin_client, ensure_topic
+from pipelines.kafka import admin_client, ensure_topic, stable_offsets
 from pipelines.layers.bronze import bronze_tables, table_max_offsets
 from pipelines.layers.gold import gold_tables
+from pipelines.layers.publish import run_publish
 from pipelines.local import broker
 from pipelines.orchestration.runs import read_runs
 from pipelines.reference.orders_stream import StreamOptions, StreamPlan, generate_orders_stream
@@ -24,22 +25,15 @@ from pipelines.reference.producer import produce_plan
 from tests import helpers
 from tests.conftest import subprocess_env
 from tests.integration.test_gold import gold_oracle, seeds, table
+from tests.integration.test_publish import assert_published_exactly
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
 pytestmark = pytest.mark.integration
 
 
-def wait_for(done, job, log, timeout_s: float = 180) -> None:
-    """Poll `done` until true; fail with the job's log if it ends or the time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert job.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
-
-
-def partitions(conf, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    """Leader, replicas and in-sync replicas of each partition of `topic`, once it has all."""
+def partitions(conf, topic: str, count: int | None = None) -> dict[int, tuple[int, list, list]]:
+    """Leader, replicas and in-sync replicas of each partition of `topic`, once it has all
+    `count` (the stream's partitions)."""
     admin = admin_client(conf)
     deadline = time.monotonic() + 30
     while True:
@@ -47,7 +41,10 @@ def partitions(conf, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
         found = {
             p: (m.leader, sorted(m.replicas), sorted(m.isrs)) for p, m in meta.partitions.items()
         }
-        if len(found) == conf.streams["orders"].partitions or time.monotonic() > deadline:
+        if (
+            len(found) == (count or conf.streams["orders"].partitions)
+            or time.monotonic() > deadline
+        ):
             return found
 
 
@@ -86,8 +83,11 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
     2. Every broker then stops for 35 s: bronze stops with one line naming the bootstrap
        servers (exit code 4), the spec's retries restart it until Kafka answers, and it resumes
        at its checkpoint; silver and gold wait for data.
+    3. While the spec's publish task publishes gold's changes of the second part, the leader of
+       a gold topic is SIGKILLed and restarted 4 s later.
     Bronze holds each acknowledged record once, at its offset; silver and gold equal their
-    oracles (what an uninterrupted run writes: the other tests hold runs to them).
+    oracles (what an uninterrupted run writes: the other tests hold runs to them); each gold
+    topic holds every change of its table once, in version order.
     """
     conf = cluster_lake
     topic = conf.streams["orders"].topic
@@ -126,19 +126,35 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
     raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
     sender = threading.Thread(target=send, args=(plans[0], 20))
     try:
-        wait_for(lambda: "started" in bronze_log_text(conf), runner, log)
+        helpers.wait_for(lambda: "started" in bronze_log_text(conf), runner, log)
         sender.start()
-        wait_for(lambda: helpers.delta_commits(raw) >= 2, runner, log)  # a first batch is in
+        helpers.wait_for(
+            lambda: helpers.delta_commits(raw) >= 2, runner, log
+        )  # a first batch is in
         broker.kill(conf, leader)  # 1. while the producer sends and bronze reads
         time.sleep(4)
         broker.start(conf, quiet=True)
         sender.join(timeout=300)
         assert not failures, failures
-        wait_for(lambda: bronze_offsets(spark, raw, topic) == last_offsets(reports[0]), runner, log)
+        helpers.wait_for(
+            lambda: bronze_offsets(spark, raw, topic) == last_offsets(reports[0]), runner, log
+        )
         broker.stop(conf, quiet=True)  # 2. every broker, for 35 s
         time.sleep(35)
         broker.start(conf, quiet=True)
-        send(plans[1], 5)
+        # 3. while gold's changes of the second part are being published, the leader of the
+        #    first gold topic is SIGKILLed and restarted 4 s later
+        published = stream.gold_topic("gold/revenue_by_category_1m")
+        before = sum(s.stable for s in stable_offsets(conf, published))
+        sender = threading.Thread(target=send, args=(plans[1], 5))
+        sender.start()
+        helpers.wait_for(
+            lambda: sum(s.stable for s in stable_offsets(conf, published)) > before, runner, log
+        )
+        broker.kill(conf, partitions(conf, published, conf.publish.partitions)[0][0])
+        time.sleep(4)
+        broker.start(conf, quiet=True)
+        sender.join(timeout=300)
         assert not failures, failures
         expected = oracle(*reports)
         products, customers = seeds(conf, "products"), seeds(conf, "customers")
@@ -152,7 +168,7 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
                 and table(spark, aggregates["gold/orders_by_country_5m"]) == countries
             )
 
-        wait_for(caught_up, runner, log, timeout_s=300)
+        helpers.wait_for(caught_up, runner, log, timeout_s=300)
         os.killpg(runner.pid, signal.SIGTERM)
         assert runner.wait(timeout=180) == 130, log.read_text()[-3000:]
     finally:
@@ -175,6 +191,10 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
         for r in failed
     ), [r["message"] for r in failed]
     assert bronze_tries[-1]["state"] == "CANCELED", bronze_tries
+    # every gold change published once: the publish task rode the failures out (its restarts
+    # resumed after what Kafka had committed), and a last run catches up with gold
+    run_publish(spark, conf, once=True, progress=False)
+    assert_published_exactly(spark, conf)
 
 
 def bronze_log_text(conf) -> str:

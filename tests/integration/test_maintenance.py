@@ -3,6 +3,7 @@ kept, the log checkpointed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -26,6 +27,7 @@ from pipelines.layers.maintenance import (
     retention_hours,
     stream_readers,
 )
+from pipelines.layers.publish import POSITION_FILE
 from pipelines.layers.silver import silver_tables
 from pipelines.streaming.spark import local_frame
 from pipelines.streaming.tables import clustering_columns
@@ -127,9 +129,16 @@ def test_vacuum_keeps_what_a_streaming_reader_far_behind_still_has_to_read(spark
     query.awaitTermination()
     append_rows(spark, path, range(3, 5))  # versions 4 and 5: not read yet
 
-    readers = stream_readers(spark, lake)
+    # and the publish job's position, as it copies it beside its lease
+    publisher = f"{lake.root}/_checkpoints/publish/orders"
+    os.makedirs(publisher)
     table_id = DeltaTable.forPath(spark, path).detail().first()["id"]
-    assert readers == [Reader(checkpoint, table_id, 4)]  # read through 3: 4 is next
+    with open(f"{publisher}/{POSITION_FILE}", "w") as f:
+        json.dump({"next_versions": {table_id: 2}}, f)
+
+    readers = stream_readers(spark, lake)
+    # read through 3: 4 is next; the publisher has published version 1: 2 is next
+    assert readers == [Reader(publisher, table_id, 2), Reader(checkpoint, table_id, 4)]
     now = datetime.now(UTC)
     name = "bronze/orders_raw"
     assert retention_hours(spark, lake, name, path, readers, now) == 168

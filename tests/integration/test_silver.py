@@ -58,6 +58,15 @@ REASONS = {
     "too_many_decimals": re.compile(r"^unit_price has more than 2 decimals: 12\.345"),
     "bad_event_time": re.compile(r"^event_time is not an ISO-8601 instant"),
     "invalid_utf8": re.compile(r"^value is not valid UTF-8$"),
+    "trailing_content": re.compile(
+        r"^value is a JSON object followed by more than whitespace: the contract allows exactly "
+        r"one JSON object per record$"
+    ),
+    "future_event_time": re.compile(
+        r"^event_time 21\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z is ahead of the record's Kafka "
+        r"timestamp 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z by more than the allowed clock "
+        r"skew of 5 minutes: the producer's clock is wrong$"
+    ),
 }
 
 
@@ -67,6 +76,12 @@ def produce(conf: LakehouseConf, orders: int, seed: int) -> ProduceReport:
 
 def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+
+
+def _iso_z(t: datetime) -> str:
+    """A naive UTC time as ISO-8601 with `Z`, with the fraction digits it needs."""
+    text = t.isoformat()
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "Z"
 
 
 def oracle(*reports: ProduceReport) -> dict:
@@ -219,7 +234,9 @@ def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_say
     from tests.hostile import edge_values, hostile_values, oracle_row
 
     seed = int(os.environ.get("LAKEHOUSE_TEST_SEED", "1357"))
-    values = hostile_values(seed, 3000) + edge_values(seed)
+    # some event times are ahead of `now`, and every record is sent after it
+    now, skew = datetime.now(UTC), lake.silver.max_clock_skew_minutes
+    values = hostile_values(seed, 3000, now) + edge_values(seed, now, skew)
     records = [
         StreamRecord(None if i % 7 == 0 else f"k-{i}".encode(), v, i % 4, "hostile")
         for i, v in enumerate(values)
@@ -230,13 +247,14 @@ def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_say
     tables = silver_tables(lake, lake.streams["orders"])
     ensure_silver_tables(spark, lake, tables)
     # the last one fails on every USD row, where ANSI refuses to read the order id as a number
-    # (no valid id here reads as one): Delta's write would fail on such a row
+    # (no valid id here reads as one): Delta's write would fail on such a row. since_2000 refuses
+    # the valid events of years 1000 to 1999 (the clock bound already refuses those of year 9999)
     usd = "currency <> 'USD' OR CAST(order_id AS BIGINT) < 0"
     events_name, state_name, _ = tables.names
     path = {events_name: tables.events, state_name: tables.state}
     constraints = [
         (events_name, "quantity_cap", "quantity < 1000000"),
-        (state_name, "before_9999", "updated_at < '9999-01-01'"),
+        (state_name, "since_2000", "updated_at >= '2000-01-01'"),
         (state_name, "usd_by_number", usd),
     ]
     for table_name, name, check in constraints:
@@ -247,18 +265,20 @@ def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_say
     invalid, refused = set(), {}  # refused: coordinates -> the reasons it may be given
     kept = {n: constraints_of(spark, path[t])[1][n] for t, n, _ in constraints}  # as Delta keeps it
     breaks = {n: f"breaks constraint {n} ({kept[n]}) of {t}" for t, n, _ in constraints}
+    bronze = spark.read.format("delta").load(tables.bronze).collect()
+    sent = {(r["partition"], r["offset"]): r["kafka_timestamp"] for r in bronze}
     for d in report.delivered:
-        if (row := oracle_row(d.value)) is None:
+        if (row := oracle_row(d.value, sent[(d.partition, d.offset)], skew)) is None:
             invalid.add((d.partition, d.offset))
         elif row[6] >= 1_000_000:
             refused[(d.partition, d.offset)] = {breaks["quantity_cap"]}
-        elif row[9].year >= 9999 or row[8] == "USD":  # a table's checks: in no promised order
-            names = ["before_9999"] * (row[9].year >= 9999) + ["usd_by_number"] * (row[8] == "USD")
+        elif row[9].year < 2000 or row[8] == "USD":  # a table's checks: in no promised order
+            names = ["since_2000"] * (row[9].year < 2000) + ["usd_by_number"] * (row[8] == "USD")
             refused[(d.partition, d.offset)] = {breaks[n] for n in names}
         else:
             candidates.setdefault(row[0], set()).add(row)
-    assert any(breaks["usd_by_number"] in r for r in refused.values())  # the data exercises it
-    bronze = spark.read.format("delta").load(tables.bronze).collect()
+    for name in ("since_2000", "usd_by_number"):  # the data exercises them
+        assert any(breaks[name] in r for r in refused.values()), name
     assert {(r["partition"], r["offset"]): (r["key"], r["value"]) for r in bronze} == {
         (d.partition, d.offset): (d.key, d.value) for d in report.delivered
     }  # byte for byte, records of 9 MB too
@@ -275,6 +295,17 @@ def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_say
     }
     assert reasons.keys() - refused.keys() == invalid
     assert all(reasons[c] and "constraint" not in reasons[c] for c in invalid)
+    # a record invalid only by the clock bound is told so, with both instants
+    ahead = {}
+    for d in report.delivered:
+        c = (d.partition, d.offset)
+        if c in invalid and (row := oracle_row(d.value, None, skew)) is not None:
+            ahead[c] = (
+                f"event_time {_iso_z(row[9])} is ahead of the record's Kafka timestamp "
+                f"{_iso_z(sent[c])} by more than the allowed clock skew of {skew} minutes: "
+                "the producer's clock is wrong"
+            )
+    assert ahead and {c: reasons[c] for c in ahead} == ahead
 
     # gold too takes every valid event: counted in its windows, or kept out with a reason
     from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions

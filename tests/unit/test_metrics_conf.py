@@ -12,7 +12,7 @@ import yaml
 
 from pipelines.config import REPO_ROOT, load_config
 from pipelines.spark_conf import metrics_settings
-from pipelines.streaming.metrics import JobMetrics
+from pipelines.streaming.metrics import JobMetrics, OpenTransactions
 
 RULES = REPO_ROOT / "conf" / "prometheus" / "lakehouse-alerts.yml"
 
@@ -25,7 +25,7 @@ def test_each_job_has_fixed_ports_written_as_file_sd_target_groups():
         {"targets": ["127.0.0.1:4051"], "labels": {"job": "spark-bronze-orders", "env": "local",
                                                     "__metrics_path__": "/metrics/prometheus"}},
     ]  # fmt: skip
-    assert len(groups) == 8
+    assert len(groups) == 10  # bronze, silver, gold, pipeline, publish: two each
     settings = metrics_settings(conf, "silver-orders")
     assert (settings["spark.ui.enabled"], settings["spark.ui.port"]) == ("true", "4052")
     assert settings["spark.sql.streaming.metricsEnabled"] == "true"
@@ -34,8 +34,9 @@ def test_each_job_has_fixed_ports_written_as_file_sd_target_groups():
 
 
 def exported() -> set[str]:
-    """Every sample name a job's metrics can have."""
-    families = JobMetrics(load_config("test"), []).registry.collect()
+    """Every sample name a job's metrics can have (a job reading Kafka's too)."""
+    conf = load_config("test")
+    families = [*JobMetrics(conf, []).registry.collect(), *OpenTransactions(conf, []).describe()]
     return {f.name + ("_total" if f.type == "counter" else "") for f in families}
 
 
@@ -47,6 +48,7 @@ def test_the_alert_rules_use_only_metrics_the_jobs_export():
         "LakehouseKafkaLagGrowing",
         "LakehouseQualitySuiteFailed",
         "LakehouseBatchesStalled",
+        "LakehouseKafkaTransactionOpen",
     ]
     used = {name for r in rules for name in re.findall(r"lakehouse_[a-z_]+", r["expr"])}
     assert used <= exported(), used - exported()
@@ -58,7 +60,7 @@ def test_promtool_accepts_the_alert_rules():
         ["promtool", "check", "rules", str(RULES)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 6 rules found" in done.stdout
 
 
 def test_table_figures_come_from_the_logs_and_the_newest_quality_run(tmp_path):

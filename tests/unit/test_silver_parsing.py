@@ -9,11 +9,18 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from silver.events import dedupe_events, key_condition, new_events, refused_reason
+from silver.events import (
+    dedupe_events,
+    key_condition,
+    new_events,
+    refused_reason,
+    with_clock_bound,
+)
 from silver.order_events import (
     EVENT_COLUMNS,
     INEXACT_PRICE,
     KEY,
+    TRAILING_CONTENT,
     parse_events_checked,
     plain_fields,
     plain_shape,
@@ -348,3 +355,153 @@ def test_new_events_are_those_the_table_lacks_in_their_partition_read_only_in_th
     assert "e-1" in plan and "e-4" in plan and "d1" in plan
     unbounded = new_events(batch, stored, "event_id", None, [])
     assert sorted(r.event_id for r in unbounded.collect()) == ["e-1"]
+
+
+# a `}` in a string, and a nested object: the object does not end at the first `}`
+BRACE_IN_STRING = with_field("product_id", '"p-}{1}"')
+NESTED = VALID[:-1] + ', "note": {"gift": {"wrap": true}}}'
+AFTER_THE_OBJECT = [
+    ' {"x": 1}',
+    '{"x": 1}',
+    " " + VALID,
+    "garbage",
+    "x",
+    "]",
+    ",0]",
+    ",{}",
+    ",",
+    " ,",
+    "/*c*/",
+    "\u0000",
+    "\u00a0",
+    "\u2028",
+    "\x0b",
+    "\x0c",
+    " \n x",
+]
+
+
+def parsed_both_ways(spark, values: list[str]):
+    """The rows of `values` through parse_events, checked to be those of the field-by-field
+    checks, with whether each took the common case's shortcut."""
+    raw = spark.createDataFrame(
+        [("orders", 0, i, T0, b"k", v.encode()) for i, v in enumerate(values)], RAW_SCHEMA
+    )
+    fast, checked = parse_order_events(raw), parse_events_checked(raw)
+    assert_df_equality(fast, checked, ignore_row_order=True, ignore_nullable=True)
+    shape = plain_shape(F.col("value"), F.try_parse_json(F.col("value").cast("string")))
+    plain = raw.select(plain_fields(F.col("value"), shape)[1].alias("plain"))
+    return fast.orderBy("offset").collect(), [r["plain"] for r in plain.collect()]
+
+
+@pytest.mark.parametrize("base", [VALID, BRACE_IN_STRING, NESTED])
+def test_a_json_object_followed_by_more_than_whitespace_is_invalid(spark, base):
+    rows, plain = parsed_both_ways(spark, [base + after for after in AFTER_THE_OBJECT])
+    assert [r["reason"] for r in rows] == [TRAILING_CONTENT] * len(AFTER_THE_OBJECT)
+    assert plain == [False] * len(AFTER_THE_OBJECT)
+
+
+@pytest.mark.parametrize("base", [VALID, BRACE_IN_STRING, NESTED])
+def test_whitespace_around_the_object_is_allowed(spark, base):
+    values = [base + " ", base + "\t\r\n", " \n" + base, "\t " + base + " \r\n\t ", base]
+    rows, plain = parsed_both_ways(spark, values)
+    assert [r["reason"] for r in rows] == [None] * len(values)
+    assert {(r["event_id"], r["seq"], r["unit_price"], r["event_time"]) for r in rows} == {
+        ("e-1", 1, Decimal("12.30"), datetime(2026, 11, 22, 10, 15, 3, 123000))
+    }
+    # the shortcut takes them, but those with a field the spec does not name (the nested note)
+    assert plain == [base != NESTED] * len(values)
+
+
+KAFKA = datetime(2026, 11, 26, 15, 0, 0, 123000)
+BOUND_SCHEMA = "offset long, kafka_timestamp timestamp, event_time timestamp, reason string"
+
+
+def ahead(event_time: str, kafka_timestamp: str, skew: str) -> str:
+    return (
+        f"event_time {event_time} is ahead of the record's Kafka timestamp {kafka_timestamp} by "
+        f"more than the allowed clock skew of {skew}: the producer's clock is wrong"
+    )
+
+
+@pytest.mark.parametrize(
+    ("skew", "rows", "reasons"),
+    [
+        (
+            5,
+            [
+                (KAFKA, datetime(2026, 11, 26, 15, 5, 0, 123000), None),  # at the bound
+                (KAFKA, datetime(2026, 11, 26, 15, 5, 0, 123001), None),  # a microsecond beyond
+                (KAFKA, datetime(1000, 1, 1), None),  # far in the past
+                (None, datetime(9999, 12, 31, 23, 59, 59), None),  # no Kafka timestamp: no bound
+                (KAFKA, None, "value is not JSON"),  # invalid already
+                (KAFKA, datetime(9999, 6, 1), "breaks constraint x"),  # its first reason stays
+                (datetime(2026, 11, 26, 15, 0), datetime(9999, 6, 1), None),
+            ],
+            [
+                None,
+                ahead("2026-11-26T15:05:00.123001Z", "2026-11-26T15:00:00.123Z", "5 minutes"),
+                None,
+                None,
+                "value is not JSON",
+                "breaks constraint x",
+                ahead("9999-06-01T00:00:00Z", "2026-11-26T15:00:00Z", "5 minutes"),
+            ],
+        ),
+        (
+            0,
+            [(KAFKA, KAFKA, None), (KAFKA, datetime(2026, 11, 26, 15, 0, 0, 124000), None)],
+            [None, ahead("2026-11-26T15:00:00.124Z", "2026-11-26T15:00:00.123Z", "0 minutes")],
+        ),
+        (
+            1,
+            [(KAFKA, datetime(2026, 11, 26, 15, 1, 0, 200000), None)],
+            [ahead("2026-11-26T15:01:00.2Z", "2026-11-26T15:00:00.123Z", "1 minute")],
+        ),
+        (
+            60,
+            [
+                (KAFKA, datetime(2026, 11, 26, 15, 10), None),  # beyond 5 minutes, within 60
+                (KAFKA, datetime(2026, 11, 26, 16, 0, 0, 123000), None),
+                (KAFKA, datetime(2026, 11, 26, 16, 0, 0, 123001), None),
+            ],
+            [
+                None,
+                None,
+                ahead("2026-11-26T16:00:00.123001Z", "2026-11-26T15:00:00.123Z", "60 minutes"),
+            ],
+        ),
+    ],
+)
+def test_an_event_time_beyond_the_clock_skew_ahead_of_its_kafka_timestamp_is_invalid(
+    spark, skew, rows, reasons
+):
+    parsed = spark.createDataFrame([(i, *row) for i, row in enumerate(rows)], BOUND_SCHEMA)
+    expected = spark.createDataFrame(
+        [(i, *row[:2], reason) for i, (row, reason) in enumerate(zip(rows, reasons, strict=True))],
+        BOUND_SCHEMA,
+    )
+    assert_df_equality(with_clock_bound(parsed, skew), expected, ignore_nullable=True)
+
+
+def test_the_clock_bound_applies_to_parsed_events_with_the_configured_skew(spark, base_conf):
+    from pipelines.layers.silver import silver_tables
+
+    conf = base_conf.updated({"silver.max_clock_skew_minutes": 60})
+    skew = silver_tables(conf, conf.stream("orders")).max_clock_skew_minutes
+    assert (skew, silver_tables(base_conf, base_conf.stream("orders")).max_clock_skew_minutes) == (
+        60,
+        5,
+    )
+    raw = spark.createDataFrame(
+        [
+            ("orders", 0, 0, datetime(2026, 11, 22, 9, 15, 3, 123000), b"k", VALID.encode()),
+            ("orders", 0, 1, datetime(2026, 11, 22, 9, 15, 3, 122000), b"k", VALID.encode()),
+        ],
+        RAW_SCHEMA,
+    )
+    reasons = [r["reason"] for r in with_clock_bound(parse_order_events(raw), skew).collect()]
+    assert reasons == [
+        None,
+        ahead("2026-11-22T10:15:03.123Z", "2026-11-22T09:15:03.122Z", "60 minutes"),
+    ]
