@@ -242,13 +242,20 @@ def topic_watermarks(
     own["isolation.level"] = isolation_level
     consumer = Consumer({**client_settings(conf), **own})
     timeout = conf.kafka.request_timeout_s
+    found = []
     try:
-        return [
-            PartitionWatermarks(
-                p, *consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
-            )
-            for p in partitions
-        ]
+        for p in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
+            except KafkaException as e:  # the partition's leader did not answer (moving, down)
+                raise KafkaUnreachableError(
+                    f"Kafka at {conf.kafka.bootstrap_servers} did not give the offsets of topic "
+                    f"{topic!r} partition {p} within {timeout}s (kafka.request_timeout_s in "
+                    f"{conf.source}): {e.args[0].str() if e.args else e}. Nothing is lost: "
+                    "restarted, the job resumes where it was."
+                ) from None
+            found.append(PartitionWatermarks(p, low, high))
+        return found
     finally:
         consumer.close()
 

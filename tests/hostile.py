@@ -4,7 +4,7 @@ The generator mixes random bytes, random JSON, truncated JSON, valid events foll
 whitespace or by more (another object, text, a bracket), event times ahead of the time the records
 are sent, and valid events with fields replaced by boundary values (numbers beyond a long or
 decimal(12,2), exponent forms, dates that do not exist, offsets out of range, empty ids, huge
-strings). The oracle decides each record from the contract (`shared/spec/orders-stream.md`) and
+strings). The oracle decides each record from the contract (`docs/orders-stream.md`) and
 its Kafka timestamp without Spark: valid with its typed row, or invalid.
 """
 

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from pipelines.config import LakehouseConf
 from pipelines.kafka import client_settings, ensure_topic
-from pipelines.reference.orders_stream import StreamRecord
+from pipelines.reference.orders_stream import StreamOptions, StreamRecord, generate_orders_stream
 from pipelines.reference.producer import PRODUCER_SETTINGS, DeliveredRecord, ProduceReport
 
 FATES = ("plain", "committed", "aborted", "open")
@@ -166,3 +166,14 @@ class TransactionalMix:
     def close(self) -> None:
         for producer in self.txn.values():
             producer.flush(10)
+
+
+def produce_mixed(conf: LakehouseConf, orders: int, seed: int, **twists: float) -> ProduceReport:
+    """`helpers.produce`'s stream through a mix: every transaction ended, committed or aborted.
+    The report is what belongs to the stream (plain and committed records, at their offsets)."""
+    plan = generate_orders_stream(StreamOptions(orders=orders, seed=seed, **twists))
+    mix = TransactionalMix(conf, conf.stream("orders").topic, seed)
+    mix.send(plan.records)
+    mix.finish()
+    mix.close()
+    return mix.stream_report()

@@ -22,6 +22,7 @@ partition, the default, across keys too); folded by key, the topic is the table.
 
 from __future__ import annotations
 
+import importlib
 import json
 import signal
 import threading
@@ -39,8 +40,10 @@ from pipelines.errors import JobFailedError
 from pipelines.kafka import check_reachable, client_settings, ensure_topic
 from pipelines.layers.gold import gold_tables
 from pipelines.streaming import lineage, metrics
-from pipelines.streaming.delta import snapshot
+from pipelines.streaming.delta import commit_time_ms, snapshot
 from pipelines.streaming.lease import CheckpointLease
+from pipelines.streaming.query import jvm_ignores_sigterm
+from pipelines.streaming.sink import cause
 from pipelines.streaming.storage import Files
 
 log = logs.get("publish")
@@ -70,7 +73,23 @@ class GoldTopic:
     name: str  # as configured, e.g. gold/revenue_by_category_1m
     path: str
     topic: str
-    key_columns: list[str]
+    key_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a round publishes of one table: versions `first` to `last`, or its rows at `last`."""
+
+    table: GoldTopic
+    table_id: str  # the Delta table's id, recorded with its position
+    first: int
+    last: int
+    snapshot: bool  # never published: its rows at `last`, not its changes
+
+    def describe(self) -> str:
+        if self.first == self.last:
+            return f"{self.table.name} version {self.last}"
+        return f"{self.table.name} versions {self.first}..{self.last}"
 
 
 @dataclass(frozen=True)
@@ -141,8 +160,8 @@ def gold_topics(conf: LakehouseConf, stream_name: str) -> list[GoldTopic]:
     tables = gold_tables(conf, stream_name)
     found = []
     for name, path in tables.aggregates.items():
-        module = __import__(stream.module(name), fromlist=["KEY_COLUMNS"])
-        found.append(GoldTopic(name, path, stream.gold_topic(name), list(module.KEY_COLUMNS)))
+        module = importlib.import_module(stream.module(name))
+        found.append(GoldTopic(name, path, stream.gold_topic(name), tuple(module.KEY_COLUMNS)))
     return found
 
 
@@ -231,8 +250,8 @@ class GoldPublisher:
 
     # -- one round -------------------------------------------------------------------------
 
-    def _plan(self) -> list[tuple[GoldTopic, str, int, int, bool]]:
-        """Per table with something new: (table, id, first, last version, snapshot?)."""
+    def _plan(self) -> list[Step]:
+        """What each table has that is not published yet."""
         plan, most = [], self.conf.publish.max_versions_per_transaction
         for t in self.tables:
             found = snapshot(self.spark, t.path)
@@ -242,7 +261,7 @@ class GoldPublisher:
             table_id = found.metadata().id()
             at = self.positions.get(t.name)
             if at is None:
-                plan.append((t, table_id, version, version, True))
+                plan.append(Step(t, table_id, version, version, snapshot=True))
             elif at.table_id != table_id:
                 raise PublishedTableChangedError(
                     f"{t.name} at {t.path} is not the table published to {t.topic}: "
@@ -252,21 +271,23 @@ class GoldPublisher:
                     f"(and gold topics) in {self.conf.source}, or delete the old topics."
                 )
             elif version > at.version:
-                plan.append((t, table_id, at.version + 1, min(version, at.version + most), False))
+                last = min(version, at.version + most)
+                plan.append(Step(t, table_id, at.version + 1, last, snapshot=False))
         return plan
 
-    def _messages(self, t: GoldTopic, first: int, last: int, whole: bool) -> DataFrame:
-        reader = self.spark.read.format("delta")
-        if whole:
-            rows = reader.option("versionAsOf", last).load(t.path)
-            return gold.publication.snapshot_messages(rows, t.key_columns, last)
+    def _messages(self, step: Step) -> DataFrame:
+        """The step's messages: the table's rows, or its change data feed, as the contract's."""
+        reader, t, keys = self.spark.read.format("delta"), step.table, list(step.table.key_columns)
+        if step.snapshot:
+            rows = reader.option("versionAsOf", step.last).load(t.path)
+            return gold.publication.snapshot_messages(rows, keys, step.last)
         changes = (
             reader.option("readChangeFeed", "true")
-            .option("startingVersion", first)
-            .option("endingVersion", last)
+            .option("startingVersion", step.first)
+            .option("endingVersion", step.last)
             .load(t.path)
         )
-        return gold.publication.change_messages(changes, t.key_columns)
+        return gold.publication.change_messages(changes, keys)
 
     def publish_round(self) -> Round | None:
         """Publish what is new in every table (up to max_versions_per_transaction versions of
@@ -290,10 +311,28 @@ class GoldPublisher:
                     ) from None
                 log.warning("transaction aborted (%s): attempt %d again", err.str(), attempt + 1)
                 self._abort()
+            except (PublisherFencedError, JobFailedError):
+                raise
+            except Exception as e:  # reading the tables (Spark, Delta): said in one line
+                self._abort_quietly()
+                reading = ", ".join(step.describe() for step in plan)
+                raise JobFailedError(
+                    f"publish of stream {self.stream_name!r} could not read {reading}: "
+                    f"{cause(e)}. Nothing of it was published; restarted, it resumes after the "
+                    "last version Kafka committed."
+                ) from e
         raise JobFailedError(
             f"publish of stream {self.stream_name!r}: Kafka aborted {ATTEMPTS} transactions in a "
             "row; restarted, it resumes after the last version Kafka committed"
         )
+
+    def _abort_quietly(self) -> None:
+        """Abort the open transaction if there is one (a failure here changes nothing: a
+        restart's fencing aborts it)."""
+        try:
+            self.producer.abort_transaction(self.conf.kafka.request_timeout_s)
+        except KafkaException:
+            pass
 
     def _fenced_error(self) -> PublisherFencedError:
         return PublisherFencedError(
@@ -338,7 +377,8 @@ class GoldPublisher:
                 f"{err.str() if err else e}"
             ) from None
 
-    def _transaction(self, plan) -> Round:
+    def _transaction(self, plan: list[Step]) -> Round:
+        """One Kafka transaction: every step's messages, then every table's position."""
         started = time.perf_counter()
         producer, done = self.producer, Round()
         failures: list[str] = []
@@ -349,12 +389,10 @@ class GoldPublisher:
 
         producer.begin_transaction()
         positions = dict(self.positions)
-        for t, table_id, first, last, whole in plan:
-            sent = 0
+        for step in plan:
+            t, sent = step.table, 0
             table = t.name.encode()
-            for row in self._messages(t, first, last, whole).toLocalIterator(
-                prefetchPartitions=True
-            ):
+            for row in self._messages(step).toLocalIterator(prefetchPartitions=True):
                 headers = [
                     (f"{HEADER}table", table),
                     (f"{HEADER}version", str(row["version"]).encode()),
@@ -365,11 +403,11 @@ class GoldPublisher:
                 sent += 1
             # in Kafka before the next table is read: the commit then waits for nothing
             producer.flush(self.conf.publish.transaction_timeout_s)
-            positions[t.name] = Position(t.name, table_id, last)
-            done.versions[t.name] = (first, last)
+            positions[t.name] = Position(t.name, step.table_id, step.last)
+            done.versions[t.name] = (step.first, step.last)
             done.messages[t.name] = sent
-            done.snapshot[t.name] = whole
-            done.newest_commit_ms[t.name] = _commit_ms(self.spark, t.path, last)
+            done.snapshot[t.name] = step.snapshot
+            done.newest_commit_ms[t.name] = _commit_ms(self.spark, t.path, step.last)
         # every table's position in one record: the newest committed one says it all
         paths = {t.name: t.path for t in self.tables}
         record = encode_positions(positions, paths)
@@ -405,8 +443,6 @@ def _produce(producer: Producer, topic: str, key: bytes, value, headers, on_deli
 
 def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
     """When a version of the table was committed (Delta's history), in epoch milliseconds."""
-    from pipelines.streaming.delta import commit_time_ms
-
     found = snapshot(spark, path)
     log_ = found.deltaLog()
     file = spark._jvm.org.apache.hadoop.fs.Path(log_.logPath(), f"{version:020d}.json")
@@ -483,6 +519,8 @@ def run_publish(
     interval = duration_seconds(conf.publish.trigger_interval)
     rounds: list[Round] = []
     lease = CheckpointLease(spark, publisher.checkpoint, "the publish job").__enter__()
+    # a process group's SIGTERM (a job runner, systemd) stops this loop, not the JVM under it
+    restore_jvm = jvm_ignores_sigterm() if previous else (lambda: None)
     try:
         publisher.open()
         topics = ", ".join(f"{t.name} -> {t.topic}" for t in publisher.tables)
@@ -516,6 +554,7 @@ def run_publish(
     finally:
         publisher.close()
         lease.__exit__()
+        restore_jvm()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -23,7 +23,7 @@ from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 log = logs.get("query")
 
 
-def _jvm_ignores_sigterm() -> Callable[[], None]:
+def jvm_ignores_sigterm() -> Callable[[], None]:
     """Make the driver's JVM ignore SIGTERM while a query runs; returns the undo.
 
     A whole process group gets SIGTERM at once (a job runner, systemd, Kubernetes): the JVM would
@@ -102,7 +102,7 @@ def run_query(
     try:
         query = start()
         if previous:
-            restore_jvm = _jvm_ignores_sigterm()
+            restore_jvm = jvm_ignores_sigterm()
         console.say(f"query {query.name} started (id {query.id})")
         if companion is not None:
             try:

@@ -15,9 +15,11 @@ from confluent_kafka import TopicPartition
 from pipelines.config import LakehouseConf
 from pipelines.kafka import admin_client
 from pipelines.layers.bronze import RetentionGapError, bronze_tables, run_bronze, start_bronze
+from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import ProduceReport
 from tests import helpers
 from tests.conftest import subprocess_env
+from tests.transactions import TransactionalMix
 
 pytestmark = pytest.mark.integration
 
@@ -103,14 +105,24 @@ def test_a_replayed_batch_is_skipped_by_delta(spark, lake):
     assert bronze_rows(spark, lake) == before
 
 
-def test_sigkill_at_random_instants_on_s3_then_restart_equals_an_uninterrupted_local_run(
+def test_sigkill_on_s3_amid_kafka_transactions_then_restart_holds_each_committed_record_once(
     spark, s3_lake, tmp_path
 ):
-    """Bronze on the S3 endpoint, SIGKILLed mid-batch or between batches, then run to the end:
-    the table equals an uninterrupted run's on a local disk, record for record."""
+    """Bronze on the S3 endpoint reads plain records and Kafka transactions of three producers,
+    committed or aborted, one of them open while it runs. SIGKILLed three times, mid-batch or
+    between batches, then run to the end once the open transaction committed, the table holds
+    exactly the plain and committed records, once, at their offsets (the producers' own record
+    is the oracle), and equals an uninterrupted run's on a local disk, record for record."""
     lake = s3_lake
-    report = produce(lake, orders=600, seed=33)
-    rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "1234")))
+    seed = int(os.environ.get("LAKEHOUSE_TEST_SEED", "1234"))
+    rng = random.Random(seed)
+    plan = generate_orders_stream(StreamOptions(orders=450, seed=33, **TWISTS))
+    records, n = plan.records, len(plan.records)
+    mix = TransactionalMix(lake, lake.streams["orders"].topic, seed)
+    mix.send(records[: n * 2 // 3])
+    held = mix.hold_open(records[n * 2 // 3 : n * 2 // 3 + 30])  # what follows it waits
+    mix.send(records[n * 2 // 3 + 30 :])
+    mix.finish()
     env = subprocess_env(lake, LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER="100")
     log = tmp_path / "bronze.log"
     raw = bronze_tables(lake, lake.streams["orders"]).raw
@@ -118,13 +130,20 @@ def test_sigkill_at_random_instants_on_s3_then_restart_equals_an_uninterrupted_l
         "pipelines.jobs.bronze_job", env, log, raw, rng, jitter_s=0.4
     )
     assert killed == 3, "the ingest finished before it could be killed: make the stream longer"
+    mix.resolve(held, commit=True)
+    mix.close()
+    fates = mix.counts()
+    assert fates["aborted"] > 0 and fates["committed"] > 0 and fates["plain"] > 0, fates
+    # the rest in batches of the default size: one
+    env.pop("LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER")
     final = helpers.start_job("pipelines.jobs.bronze_job", env, log, "--once")
     assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
 
+    report = mix.stream_report()
     uninterrupted = lake.updated({"storage.root": str(tmp_path / "reference")})
     run_bronze(spark, uninterrupted, once=True, progress=False)
     killed_rows = bronze_rows(spark, lake)
-    assert len(killed_rows) == report.counts["records"]
+    assert len(killed_rows) == len(report.delivered)
     assert killed_rows == bronze_rows(spark, uninterrupted)
     assert_bronze_matches(spark, lake, expected_from(report))
 

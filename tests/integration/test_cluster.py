@@ -1,6 +1,6 @@
 """The shipped batch job on a Spark standalone cluster (master + 2 workers), with the tables and
-checkpoints on S3: it keeps everything on the endpoint and its secret nowhere, and gives the
-tables of a local run on a local disk."""
+checkpoints on S3: it keeps everything on the endpoint and its secret nowhere, its tables can be
+explored by name and in the notebook, and they are the tables of a local run on a local disk."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pipelines.orchestration.runs import read_runs
 from pipelines.orchestration.spec import load_job_spec
 from tests import helpers
 from tests.conftest import S3_SECRET, _free_port, subprocess_env
+from tests.explore import explore_the_tables
 from tests.helpers import SILVER_AND_GOLD as TABLES
 from tests.helpers import produce, s3_objects
 from tests.integration.test_publish import assert_published_exactly
@@ -196,6 +197,9 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         ids = [e["run"]["facets"]["lakehouse_microBatch"]["batchId"] for e in batches]
         assert ids == [i for i in commits for _ in ("START", "COMPLETE")], (job, ids)
         assert set(_runs(batches).values()) == {("START", "COMPLETE")}
+    # as a user explores the tables on the endpoint: by name from Spark's own spark-sql shell, and
+    # the explore notebook, headless
+    explore_the_tables(spark, conf, monkeypatch)
     # and nothing was written on this machine but logs: the tasks', the cluster's (its daemons'
     # and its executors' stdout and stderr, beside the application's jars each executor fetched)
     new = {p for p in tmp_path.rglob("*") if p.is_file()} - before

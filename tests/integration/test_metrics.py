@@ -131,8 +131,13 @@ def open_transaction_figures(lake, topic: str, port: int, job, tmp_path) -> tupl
     waited = time.time() - began
     producer.commit_transaction(30)
     rows = ("lakehouse_table_rows", (("table", "bronze/orders_raw"),))
-    before = held[rows]
-    while (opened := scrape(url)).get(rows) != before + 25:
+    read = ("lakehouse_input_rows_total", (("query", "bronze_orders_raw"),))
+    before = (held[rows], held[read])
+
+    def caught_up(found: dict) -> bool:  # the table's figure first, the query's a poll later
+        return (found.get(rows), found.get(read)) == (before[0] + 25, before[1] + 25)
+
+    while not caught_up(opened := scrape(url)):
         assert time.monotonic() < deadline and job.poll() is None, sorted(opened.items())[:20]
         time.sleep(0.5)
     return held | {("waited", ()): waited}, opened
