@@ -187,6 +187,14 @@ def _start_runner(env: dict[str, str], log: Path) -> subprocess.Popen:
         )
 
 
+def _all_running(conf) -> bool:
+    """Every long-running task of the continuous job's run has started its query."""
+    logs = {p.name: p.read_text() for p in Path(conf.root, "_jobs", "logs").glob("*/*-0.log")}
+    marks = {"bronze": "started (id", "silver": "started (id", "gold": "started (id"}
+    marks["publish"] = "[publish] "
+    return all(mark in logs.get(f"{task}-0.log", "") for task, mark in marks.items())
+
+
 def _processes_of_runner(pid: int) -> list[int]:
     """The processes started for the runner `pid`: its tasks' spark-submit JVMs and drivers."""
     mine = f"LAKEHOUSE_RUNNER={pid}:".encode()
@@ -225,11 +233,12 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
         silver_tables(lake, stream),
         gold_tables(lake),
     )
-    # the first runner dies without a word (what an OOM killer does) once bronze has written
+    # the first runner dies without a word (what an OOM killer does) once bronze has written and
+    # every task is running its query (a task still starting dies with its JVM, unlogged)
     first = _start_runner(env, tmp_path / "runner-1.log")
     deadline = time.monotonic() + 300
     try:
-        while delta_commits(bronze.raw) < 2:
+        while delta_commits(bronze.raw) < 2 or not _all_running(lake):
             assert first.poll() is None and time.monotonic() < deadline, (
                 tmp_path / "runner-1.log"
             ).read_text()[-3000:]
