@@ -57,6 +57,25 @@ def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
     return conf
 
 
+def cpu_seconds(pid: int, exclude: frozenset[int] = frozenset()) -> float:
+    """User + system CPU seconds of a process and all its descendants (but `exclude` and theirs),
+    now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in exclude:
+            continue
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        todo += [int(c) for c in children]
+    return total
+
+
 def commit() -> str:
     """The commit the benchmark ran on (with `+` if the work tree differs from it)."""
     git = ["git", "-C", str(Path(__file__).parent)]

@@ -3,9 +3,10 @@
 Usage:
     .venv/bin/python -m bench.freshness_floor [--rate 3000] [--seconds 120] [--variants append,merge]
 
-The simplest exact jobs a user could write, each a streaming query from Kafka with Spark's
-default trigger (a batch starts as soon as the previous one ends), in one warm JVM with the
-lakehouse's session settings, while a paced producer sends `--rate` small JSON records/s:
+The simplest exact jobs a user could write, each a streaming query from Kafka with `--trigger`
+(default: Spark's, a batch starts as soon as the previous one ends), in one warm JVM with the
+lakehouse's session settings, while a paced producer (a process of its own) sends `--rate` small
+JSON records/s:
 - `append`: each micro-batch appended to one Delta table (one commit, idempotent by txn ids);
 - `merge`: each micro-batch parsed, counted per 1-minute window and category, and MERGEd into
   one small Delta table (one commit, idempotent by txn ids): the least a gold table costs;
@@ -13,6 +14,9 @@ lakehouse's session settings, while a paced producer sends `--rate` small JSON r
 Freshness of every record, from its Kafka timestamp (the producer's delivery report gives its
 partition, offset and timestamp) to the return of the write that committed its batch (the
 batch's offsets from the checkpoint's offset log): p50/p99 and the batches' mean duration.
+CPU: this process's and its JVM's CPU time (not the producer's) while the rate is sent and
+caught up, in core-seconds per million records. `--json FILE` writes the figures there too (the
+pipeline job's benchmark runs this one beside it, with its trigger, to measure against it).
 A 20-second run of `append+merge` warms the JVM up first and is not measured.
 Whatever the lakehouse adds (validation, dedupe, quarantine, late events, the state MERGE)
 comes on top of these figures; a target below them is out of reach on this machine.
@@ -22,13 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
+import multiprocessing
+import os
 import time
+from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
-from bench.backlog import fresh, record
+from bench.backlog import cpu_seconds, fresh, record
 from pipelines.config import load_config
 from pipelines.local import broker, s3
 from pipelines.streaming.spark import build_spark
@@ -37,9 +43,10 @@ from pipelines.streaming.storage import Files
 CATEGORIES = ["books", "games", "garden", "tools", "toys", "music", "food", "shoes"]
 
 
-def produce(servers: str, topic: str, rate: int, seconds: float, delivered: list) -> None:
-    """Send `rate` records/s for `seconds`, paced per 10 ms; delivery reports into `delivered`
-    as (partition, offset, Kafka timestamp ms)."""
+def produce(servers: str, topic: str, rate: int, seconds: float, reports) -> None:
+    """Send `rate` records/s for `seconds`, paced per 10 ms; then the delivery reports, as
+    (partition, offset, Kafka timestamp ms), into the pipe `reports`."""
+    delivered: list = []
     p = Producer({"bootstrap.servers": servers, "linger.ms": 5, "acks": "all"})
 
     def done(err, msg) -> None:
@@ -61,6 +68,7 @@ def produce(servers: str, topic: str, rate: int, seconds: float, delivered: list
         p.poll(0)
         time.sleep(0.01)
     p.flush(30)
+    reports.send(delivered)
 
 
 def batch_ranges(files: Files, checkpoint: str) -> dict[int, dict[int, tuple[int, int]]]:
@@ -83,7 +91,7 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def run_variant(spark, conf, variant: str, rate: int, seconds: float) -> dict:
+def run_variant(spark, conf, variant: str, rate: int, seconds: float, trigger: str) -> dict:
     c = fresh(conf, f"floor-{variant.replace('+', '-')}")
     topic, root = c.stream("orders").topic, c.storage.root
     checkpoint, raw, gold = f"{root}/_checkpoint", f"{root}/raw", f"{root}/gold"
@@ -141,17 +149,21 @@ def run_variant(spark, conf, variant: str, rate: int, seconds: float) -> dict:
         .writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint)
         .queryName(f"floor_{variant}")
+        .trigger(processingTime=trigger)
         .start()
     )
     query.processAllAvailable()  # the first (empty) batch: the query is warm
     warm = len(durations)
-    delivered: list = []
-    producer = threading.Thread(
-        target=produce, args=(c.kafka.bootstrap_servers, topic, rate, seconds, delivered)
+    reports, sent = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    producer = multiprocessing.get_context("spawn").Process(
+        target=produce, args=(c.kafka.bootstrap_servers, topic, rate, seconds, sent)
     )
     producer.start()
+    cpu_before = cpu_seconds(os.getpid(), frozenset({producer.pid}))
+    delivered = reports.recv()
     producer.join()
     query.processAllAvailable()
+    cpu = cpu_seconds(os.getpid(), frozenset({producer.pid})) - cpu_before
     query.stop()
 
     ranges = batch_ranges(Files(spark), checkpoint)
@@ -164,7 +176,10 @@ def run_variant(spark, conf, variant: str, rate: int, seconds: float) -> dict:
     steady = durations[warm:]
     return {
         "variant": variant,
+        "trigger": trigger,
         "records": len(delivered),
+        "cpu_s": cpu,
+        "core_s_per_million": cpu / (len(delivered) / 1e6),
         "batches": len(steady),
         "batch_mean_s": sum(steady) / max(1, len(steady)),
         "batch_max_s": max(steady, default=0.0),
@@ -179,6 +194,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--variants", default="append,merge,append+merge")
+    parser.add_argument("--trigger", default="0 seconds", help="processing-time trigger")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--env", default="local")
     args = parser.parse_args()
     conf = load_config(args.env)
@@ -186,27 +203,32 @@ def main() -> None:
     if conf.remote:  # the local S3 endpoint of `--env s3-local`
         s3.start(conf)
     spark = build_spark(conf, app_name="bench-freshness-floor")
-    run_variant(spark, conf, "append+merge", args.rate, 20)  # warms the JVM up, not measured
+    run_variant(spark, conf, "append+merge", args.rate, 20, args.trigger)  # warm-up, unmeasured
     results = []
     for variant in args.variants.split(","):
-        r = run_variant(spark, conf, variant, args.rate, args.seconds)
+        r = run_variant(spark, conf, variant, args.rate, args.seconds, args.trigger)
         results.append(r)
         print(
             f"{variant}: {r['records']:,} records in {r['batches']} batches "
             f"(mean {r['batch_mean_s']:.2f} s, max {r['batch_max_s']:.2f} s): freshness p50 {r['p50_s']:.2f} s, "
-            f"p99 {r['p99_s']:.2f} s, max {r['max_s']:.2f} s",
+            f"p99 {r['p99_s']:.2f} s, max {r['max_s']:.2f} s; "
+            f"{r['core_s_per_million']:,.0f} core-s per million records",
             flush=True,
         )
     spark.stop()
+    if args.json:  # run for another benchmark, which records the figures with its own
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
     where = " on the local S3 endpoint" if conf.remote else ""
     record(
         f"Freshness floor at {args.rate:,}/s{where}",
         f"python -m bench.freshness_floor --rate {args.rate} --seconds {args.seconds:g} "
-        f"--variants {args.variants} --env {args.env}",
+        f"--variants {args.variants} --trigger '{args.trigger}' --env {args.env}",
         [
             f"`{r['variant']}`: {r['records']:,} records, {r['batches']} batches of mean "
             f"{r['batch_mean_s']:.2f} s (max {r['batch_max_s']:.2f} s); freshness **p50 {r['p50_s']:.2f} s, p99 "
-            f"{r['p99_s']:.2f} s**, max {r['max_s']:.2f} s"
+            f"{r['p99_s']:.2f} s**, max {r['max_s']:.2f} s; CPU "
+            f"{r['core_s_per_million']:,.0f} core-s per million records"
             for r in results
         ],
     )

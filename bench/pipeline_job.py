@@ -17,6 +17,9 @@ Usage:
    overall and per minute of sending.
 4. CPU: the job's processes' CPU time (Python driver and JVM; not the broker nor the producer)
    over the steady run, in core-seconds per million records.
+5. The floor chain in the same run (`bench.freshness_floor`, variant `append+merge`: one append
+   and one MERGE per batch, no lakehouse logic) at the same rate with the job's trigger, for
+   `--floor-seconds`: its freshness p50 and CPU, and the job's ratios to them.
 Figures go to bench/RESULTS.md and bench/results/pipeline_job-<time>.json.
 """
 
@@ -28,13 +31,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from bench.backlog import RESULTS, fresh, generate, record
+from bench.backlog import RESULTS, cpu_seconds, fresh, generate, record
 from bench.pipeline_freshness import (
     COUNTRIES,
     REVENUE,
@@ -66,22 +70,6 @@ def job_env(conf: LakehouseConf, env: str) -> dict[str, str]:
         "LAKEHOUSE__STORAGE__ROOT": conf.storage.root,
         "LAKEHOUSE__STREAMS__ORDERS__TOPIC": conf.stream("orders").topic,
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and all its descendants, now."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        todo += [int(c) for c in children]
-    return total
 
 
 def produced(conf: LakehouseConf) -> int:
@@ -138,6 +126,17 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
     return result
 
 
+def run_floor(args, conf: LakehouseConf, env: dict[str, str]) -> dict:
+    """The floor chain (`bench.freshness_floor`, `append+merge`) at the same rate with the job's
+    trigger, in a process of its own: its figures."""
+    out = Path(tempfile.mkstemp(prefix="floor-", suffix=".json")[1])
+    command = [sys.executable, "-m", "bench.freshness_floor", "--rate", str(int(args.rate))]
+    command += ["--seconds", str(args.floor_seconds), "--variants", "append+merge"]
+    command += ["--trigger", conf.pipeline.trigger_interval, "--json", str(out), "--env", args.env]
+    subprocess.run(command, env=env, cwd=REPO, check=True)
+    return json.loads(out.read_text())[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preload", type=int, default=3_000_000, help="backlog records drained")
@@ -145,6 +144,7 @@ def main() -> None:
     parser.add_argument(
         "--minutes", type=float, default=5.0, help="how long the rate is sent (0: drain only)"
     )
+    parser.add_argument("--floor-seconds", type=float, default=120.0, help="0: no floor run")
     parser.add_argument("--env", default="local")
     args = parser.parse_args()
 
@@ -195,6 +195,8 @@ def main() -> None:
     result = analyse(spark, conf, started_ms)
     f = result["freshness_s"]
     per_m = result["per_minute"]
+    core_s_per_m = cpu / (total / 1e6)
+    floor = run_floor(args, conf, env) if args.floor_seconds else None
     figures = [
         drain_line,
         f"steady: {args.rate:,.0f} records/s for {sent_s:.0f} s ({total:,} records), "
@@ -204,17 +206,27 @@ def main() -> None:
         f"max {f['max']:.1f} s",
         "per minute (p50/p99): "
         + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}" for m, v in per_m.items()),
-        f"CPU of the job's processes: {cpu:,.0f} core-s = **{cpu / (total / 1e6):,.1f} "
+        f"CPU of the job's processes: {cpu:,.0f} core-s = **{core_s_per_m:,.1f} "
         "core-s per million records**",
     ]
+    if floor is not None:
+        figures += [
+            f"floor chain in the same run (`append+merge`, trigger {floor['trigger']}, "
+            f"{floor['records']:,} records at {args.rate:,.0f}/s): freshness p50 "
+            f"{floor['p50_s']:.2f} s, p99 {floor['p99_s']:.2f} s; "
+            f"{floor['core_s_per_million']:,.1f} core-s per million records",
+            f"ratios to the floor: freshness p50 **{f['p50'] / floor['p50_s']:.2f}x**, CPU "
+            f"**{core_s_per_m / floor['core_s_per_million']:.2f}x**",
+        ]
     print("\n".join(figures))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"pipeline_job-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     payload = {"drain": drained, "rate": args.rate, "records": total, "cpu_s": cpu, **result}
+    payload["floor"] = floor
     out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     command = (
         f"python -m bench.pipeline_job --preload {args.preload} --rate {args.rate:g} "
-        f"--minutes {args.minutes:g}"
+        f"--minutes {args.minutes:g} --floor-seconds {args.floor_seconds:g}"
     )
     print(f"results: {out} and {record(f'Pipeline job at {args.rate:,.0f}/s', command, figures)}")
     spark.stop()

@@ -15,8 +15,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from pipelines import errors
 from pipelines.config import SASL_PASSWORD_ENV, LakehouseConf
@@ -27,6 +28,7 @@ MASK = "***"
 # The context of a line: the job runner's environment, then the batch being written.
 RUN_ENV = {"run_id": "LAKEHOUSE_JOB_RUN_ID", "task": "LAKEHOUSE_TASK_KEY"}
 _batch = threading.local()
+T = TypeVar("T")
 
 
 def get(name: str) -> logging.Logger:
@@ -43,6 +45,20 @@ def batch_context(query_id: str | None, batch_id: int) -> Iterator[None]:
         yield
     finally:
         _batch.ids = before
+
+
+def in_this_context(fn: Callable[[], T]) -> Callable[[], T]:
+    """`fn`, to run on another thread with this thread's query and batch on its log lines."""
+    ids = getattr(_batch, "ids", None)
+
+    def run() -> T:
+        _batch.ids = ids
+        try:
+            return fn()
+        finally:
+            _batch.ids = None
+
+    return run
 
 
 def context() -> dict[str, object]:

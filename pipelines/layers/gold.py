@@ -21,7 +21,7 @@ import logging
 import operator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import reduce
+from functools import partial, reduce
 
 import pyarrow as pa
 from delta.tables import DeltaTable
@@ -181,50 +181,76 @@ class UpsertGold(IdempotentSink):
         known_newest, ranges = self._knows(batch_id)
         with self.step("gold.newest_before"):
             newest = known_newest or self.newest_before(spark, batch_id)
-        with self.step("gold.stats"):
-            stats = events.agg(F.max("event_time"), F.min("event_time")).first()
-        if stats[0] is None:
-            self._known = ((self.query_id(), batch_id + 1), known_newest, ranges)
-            return
         late = late_events(events, newest, self.lateness_s, self.late_columns)
         on_time = on_time_events(events, newest, self.lateness_s)
         if self.enrich:
             dims = {r: spark.read.format("delta").load(p) for r, p in tables.dimensions.items()}
             on_time = self.cache(self.enrich(on_time, dims))
-        first_minute = stats[1].replace(second=0, microsecond=0)
-        bounds = {
-            name: (first_minute - timedelta(seconds=module.WINDOW_SECONDS), stats[0])
-            for name, module in self.modules.items()
-        }
         with self.step("gold.fitting"):
-            partials, too_big, ranges = self._fitting(spark, on_time, batch_id, bounds, ranges)
-        too_big = kept_out(too_big, newest, self.late_columns, F.col("_reason"))
-        self.append(late.unionByName(too_big), self.late_name, tables.late, batch_id)
+            fitted = self._fitting(spark, events, on_time, batch_id, ranges)
+        if fitted is None:  # no event in the batch
+            self._known = ((self.query_id(), batch_id + 1), known_newest, ranges)
+            return
+        partials, too_big, ranges, stats = fitted
+        bounds = self._bounds(stats)
+        kept = too_big is not None
+        if kept:
+            late = late.unionByName(kept_out(too_big, newest, self.late_columns, F.col("_reason")))
         if self.conf.gold.check_quality_per_batch:
             from pipelines.layers.quality import check_frames
 
             # a batch that fails a `fail` suite is not written: the query stops on it
             frames = {name: (df, None) for name, df in partials.items()}
             check_frames(spark, self.conf, frames, scope=f"batch {batch_id}")
-        for name, module in self.modules.items():
-            self._add(partials[name], name, module, batch_id, *bounds[name])
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
         high_water = local_frame(
             spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
         )
-        self.append(high_water, f"{self.late_name}_high_water", tables.high_water, batch_id)
+        writes = [
+            partial(self._add, partials[name], name, module, batch_id, *bounds[name])
+            for name, module in self.modules.items()
+        ]
+        writes.append(
+            partial(
+                self.append,
+                high_water,
+                f"{self.late_name}_high_water",
+                tables.high_water,
+                batch_id,
+            )
+        )
+        write_late = partial(self.append, late, self.late_name, tables.late, batch_id)
+        if kept:  # first: a replay reads there which events a committed MERGE kept out
+            write_late()
+        else:
+            writes.append(write_late)
+        # the tables' writes side by side, each in a session of its own: a window row is current
+        # once its table's MERGE commits, whichever other table is still being written
+        self.in_parallel(*writes)
         self._known = ((self.query_id(), batch_id + 1), newest_after, ranges)
 
+    def _bounds(self, stats: tuple) -> dict[str, tuple]:
+        """Per gold table, the window starts a batch with events from `stats[1]` to `stats[0]`
+        (oldest, newest) can touch."""
+        first_minute = stats[1].replace(second=0, microsecond=0)
+        return {
+            name: (first_minute - timedelta(seconds=module.WINDOW_SECONDS), stats[0])
+            for name, module in self.modules.items()
+        }
+
     def _fitting(
-        self, spark, on_time: DataFrame, batch_id: int, bounds: dict, ranges: dict | None
-    ) -> tuple:
-        """The partial aggregates of the on-time events, the events kept out of them (with a
-        `_reason`): those falling in a window row (by time and group) whose values, added to the
-        table's, would not fit their columns; they are kept out of every table. Decided once per
-        batch; a replay (any write of the batch committed) reads the decision back. Third: the
-        value ranges of the tables once the partials are added (`ranges`: before), if the cheap
-        proof gave them, else None."""
-        out = on_time.limit(0).withColumn("_reason", F.lit(None).cast("string"))
+        self, spark, events: DataFrame, on_time: DataFrame, batch_id: int, ranges: dict | None
+    ) -> tuple | None:
+        """None if the batch has no event; else the partial aggregates of the on-time events;
+        the events kept out of them (with a `_reason`), or None when none is: those falling in a
+        window row (by time and group) whose values, added to the table's, would not fit their
+        columns; they are kept out of every table. Decided once per batch; a replay (any write of
+        the batch committed) reads the decision back. Third: the value ranges of the tables once
+        the partials are added (`ranges`: before), if the cheap proof gave them, else None.
+        Fourth: the batch's newest and oldest event times. In the common case this is one Spark
+        job: the aggregates, the event times and the proof in one pass (`_surely_fit`)."""
+        no_reason = F.lit(None).cast("string").alias("_reason")
+        out = None
         # the batch ran before if any of its writes committed: an empty late append commits
         # nothing (Delta skips empty commits), a MERGE of the same batch may have
         written = [self.tables.late, *self.tables.aggregates.values()]
@@ -232,14 +258,22 @@ class UpsertGold(IdempotentSink):
         if replay:
             late = spark.read.format("delta").load(self.tables.late)
             done = late.where(F.col("reason").startswith(TOO_BIG)).select(self.key, "reason")
-            out = on_time.join(done.withColumnRenamed("reason", "_reason"), self.key)
+            out = self.cache(on_time.join(done.withColumnRenamed("reason", "_reason"), self.key))
+        stats = None
         while True:
-            fitting = on_time.join(out, self.key, "left_anti")
+            fitting = on_time if out is None else on_time.join(out, self.key, "left_anti")
             partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
-            with self.step("gold.surely_fit"):
-                after = None if replay else self._surely_fit(partials, ranges)
+            if replay or stats is not None:
+                after = None  # a replay keeps its decision; a second round proves nothing cheaply
+                stats = stats or tuple(events.agg(F.max("event_time"), F.min("event_time")).first())
+            else:
+                with self.step("gold.surely_fit"):
+                    after, stats = self._surely_fit(events, partials, ranges)
+            if stats[0] is None:
+                return None
             if replay or after is not None:
-                return partials, out, after
+                return partials, out, after, stats
+            bounds = self._bounds(stats)
             more = [
                 fitting.alias("e")
                 .join(self._unfit(spark, name, partials[name], *bounds[name]).alias("g"), cond)
@@ -251,8 +285,9 @@ class UpsertGold(IdempotentSink):
             ]
             more = reduce(DataFrame.unionByName, more).dropDuplicates([self.key])
             if more.isEmpty():
-                return partials, out, None
-            out = self.cache(out.unionByName(more))
+                return partials, out, None, stats
+            base = on_time.limit(0).select("*", no_reason) if out is None else out
+            out = self.cache(base.unionByName(more))
 
     def _in_window(self) -> dict[str, F.Column]:
         """Per gold table: an event `e` falls in the window row `g` (by time and group)."""
@@ -270,16 +305,20 @@ class UpsertGold(IdempotentSink):
         schema = StructType.fromDDL(self.tables.declarations[name].schema)
         return {f.name: f.dataType for f in schema.fields}
 
-    def _surely_fit(self, partials: dict[str, DataFrame], ranges: dict | None = None):
-        """A cheap proof that every window row fits (else `_fitting` checks them one by one): no
-        partial value is null, and each value column's range in the batch plus its range in the
-        whole table (`ranges`, else the files' statistics; 0 for a new row) fits its type.
-        Returns the tables' ranges once the partials are added (a bound), or None: no proof."""
+    def _surely_fit(
+        self, events: DataFrame, partials: dict[str, DataFrame], ranges: dict | None = None
+    ) -> tuple[dict | None, tuple]:
+        """One Spark job: the batch's (newest, oldest) event times, and a cheap proof that every
+        window row fits (else `_fitting` checks them one by one): no partial value is null, and
+        each value column's range in the batch plus its range in the whole table (`ranges`,
+        else the files' statistics; 0 for a new row) fits its type. Returns the tables' ranges
+        once the partials are added (a bound), or None: no proof; and the event times."""
         ranges = ranges or self._table_ranges()
-        if ranges is None:
-            return None
-        checks = []  # one row per table, its columns named by table and value column
+        times = F.max("event_time").alias("newest"), F.min("event_time").alias("oldest")
+        checks = [events.agg(*times)]  # one row per frame, its columns named by table and value
         for i, (name, module) in enumerate(self.modules.items()):
+            if ranges is None:
+                break
             types, fits, values = self._types(name), [], []
             for v in module.VALUE_COLUMNS:
                 fits.append(F.count(v) == F.count("*"))
@@ -292,15 +331,16 @@ class UpsertGold(IdempotentSink):
                 partials[name].agg(reduce(operator.and_, fits).alias(f"fit {i}"), *values)
             )
         row = reduce(DataFrame.crossJoin, checks).first().asDict()
-        if not all(row[f"fit {i}"] for i in range(len(self.modules))):
-            return None
+        stats = (row["newest"], row["oldest"])
+        if ranges is None or not all(row[f"fit {i}"] for i in range(len(self.modules))):
+            return None, stats
         after = {}  # a row's new value is its old one plus the partial's (or the partial's)
         for i, (name, module) in enumerate(self.modules.items()):
             after[name] = {}
             for v in module.VALUE_COLUMNS:
                 (t_lo, t_hi), lo, hi = ranges[name][v], row[f"lo {i} {v}"], row[f"hi {i} {v}"]
                 after[name][v] = (t_lo + min(0, lo or 0), t_hi + max(0, hi or 0))
-        return after
+        return after, stats
 
     def _table_ranges(self) -> dict | None:
         """Each value column's (min, max) over each gold table, widened to 0, from its files'
@@ -326,13 +366,13 @@ class UpsertGold(IdempotentSink):
                 return None
         return ranges
 
-    def _unfit(self, spark, name: str, partial: DataFrame, lo, hi) -> DataFrame:
-        """Window rows of `partial` that do not fit: a value null (too big within the batch), or
+    def _unfit(self, spark, name: str, rows: DataFrame, lo, hi) -> DataFrame:
+        """Window rows of `rows` (partial aggregates) that do not fit: a value null (too big within the batch), or
         beyond its column's type once added to the table's row."""
         module, keys, types = self.modules[name], self.modules[name].KEY_COLUMNS, self._types(name)
         target = spark.read.format("delta").load(self.tables.aggregates[name])
         target = target.where(F.col("window_start").between(F.lit(lo), F.lit(hi)))
-        both = partial.alias("s").join(target.alias("t"), keys, "left")
+        both = rows.alias("s").join(target.alias("t"), keys, "left")
         fits = [
             F.try_add(F.col(f"s.{v}"), F.coalesce(F.col(f"t.{v}"), F.lit(0)))
             .try_cast(types[v])
@@ -341,16 +381,16 @@ class UpsertGold(IdempotentSink):
         ]
         return both.where(~reduce(operator.and_, fits)).select(*keys)
 
-    def _add(self, partial, name: str, module, batch_id: int, lo, hi) -> None:
+    def _add(self, rows: DataFrame, name: str, module, batch_id: int, lo, hi) -> None:
         """MERGE a batch's partial aggregates into their table, adding to existing window rows."""
         values = {v: F.col(f"t.{v}") + F.col(f"s.{v}") for v in module.VALUE_COLUMNS}
         self.transaction(
             name,
             batch_id,
-            lambda: (
-                DeltaTable.forPath(self.spark, self.tables.aggregates[name])
+            lambda session: (
+                DeltaTable.forPath(session, self.tables.aggregates[name])
                 .alias("t")
-                .merge(partial.alias("s"), _add_condition(module.KEY_COLUMNS, lo, hi))
+                .merge(rows.alias("s"), _add_condition(module.KEY_COLUMNS, lo, hi))
                 .whenMatchedUpdate(set=values)
                 .whenNotMatchedInsertAll()
                 .execute()

@@ -192,8 +192,8 @@ class UpsertSilver(IdempotentSink):
         self.transaction(
             self.tables.names[1],
             batch_id,
-            lambda: (
-                DeltaTable.forPath(self.spark, self.tables.state)
+            lambda session: (
+                DeltaTable.forPath(session, self.tables.state)
                 .alias("t")
                 .merge(current.alias("s"), bounds)
                 .whenMatchedUpdateAll(condition=self.state.is_newer("t", "s"))

@@ -5,12 +5,14 @@ nothing), the checkpoint's query id, a replayed batch changing nothing (not even
 version), the retry on write conflicts, and the cached frames of a batch, unpersisted whatever
 happens. A layer writes only `write_batch`.
 
-Every write's commit records its batch (`userMetadata`: query id, batch id, Spark's offsets). A
-MERGE is also tagged with Delta's transaction ids (`txnAppId` = table and query id, `txnVersion`
-= batch id, set through the session confs and unset after): Delta skips it in a replay. An append
-is not: Delta's lookup of those ids rebuilds the table's state (three Spark jobs, ~0.4 s, that a
-MERGE pays anyway for its scan); the sink finds a committed append in the table's newest commits
-instead (`committed`: the log's last files, read no further back than the batch's planning).
+Every write's commit records its batch (`userMetadata`: query id, batch id, Spark's offsets; an
+append's writer option). A MERGE is also tagged with Delta's transaction ids (`txnAppId` = table
+and query id, `txnVersion` = batch id), set through the confs of a session of the sink's own per
+table (`session_for`) and unset after: Delta skips it in a replay, and writes of one batch to
+different tables can run side by side (`in_parallel`). An append is not tagged: Delta's lookup of
+those ids rebuilds the table's state (three Spark jobs, ~0.4 s, that a MERGE pays anyway for its
+scan); the sink finds a committed append in the table's newest commits instead (`committed`: the
+log's last files, read no further back than the batch's planning).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +31,7 @@ from pipelines import logs
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import checkpoints, lineage
 from pipelines.streaming.delta import idempotent_txn, newest_tagged_batch, retry_on_conflict
+from pipelines.streaming.spark import FACTORY_MODE, session_confs
 from pipelines.streaming.storage import Files
 
 log = logging.getLogger("lakehouse.batch")
@@ -73,6 +76,8 @@ class IdempotentSink:
         self.ready: Future | None = None  # tables still being created: batches wait for them
         self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
         self.timings: dict[int, dict[str, float]] = {}  # the steps of the last batches, by id
+        self._sessions: dict[str, SparkSession] = {}  # table -> session of its MERGEs
+        self._sessions_of: SparkSession | None = None  # the session they were derived from
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -158,36 +163,65 @@ class IdempotentSink:
         found = newest_tagged_batch(self.spark, path, self.query_id(), since)
         return found is not None and found >= batch_id
 
+    def session_for(self, table: str) -> SparkSession:
+        """This sink's own session for its MERGEs into `table`: a MERGE is tagged through session
+        settings, so writes of one batch to different tables can run side by side (`in_parallel`)
+        only each in a session of its own. Derived from the batch's session (one per query run)."""
+        if self._sessions_of is not self.spark:
+            self._sessions, self._sessions_of = {}, self.spark
+        if table not in self._sessions:
+            self._sessions[table] = self.spark.newSession()
+        return self._sessions[table]
+
+    def in_parallel(self, *writes: Callable[[], object]) -> None:
+        """Run independent writes of the batch side by side, each on a thread of its own (its log
+        lines still name the batch); wait for every one, then raise the first failure. Each write
+        is once per batch on its own, so a failure leaves the others' commits for the batch's
+        re-run to skip."""
+        if len(writes) < 2:
+            for write in writes:
+                write()
+            return
+        with ThreadPoolExecutor(len(writes), thread_name_prefix="batch-write") as pool:
+            futures = [pool.submit(logs.in_this_context(w)) for w in writes]
+        failures = [f.exception() for f in futures if f.exception() is not None]
+        if failures:
+            raise failures[0]
+
     def transaction(
-        self, table: str, batch_id: int, write: Callable[[], object], *, txn_ids: bool = True
+        self, table: str, batch_id: int, write: Callable[[SparkSession], object]
     ) -> None:
-        """Run `write` (an append or a MERGE into `table`) recording this batch in its commit,
-        tagged with this batch's transaction ids (Delta skips it if this batch committed it) if
-        `txn_ids`, retried on write conflicts. Any other failure stops the job with one line
-        naming the table, the batch and the cause."""
+        """Run `write` (a MERGE into `table`, in the session it is given: `session_for(table)`)
+        recording this batch in its commit and tagged with this batch's transaction ids (Delta
+        skips it if this batch committed it), retried on write conflicts."""
         # the context manager as a decorator: each attempt sets the tags and unsets them after
         record = json.dumps(self.batch_record(batch_id))
-        app_id = self.app_id(table) if txn_ids else None
-        tagged = idempotent_txn(self.spark, app_id, batch_id, record)(write)
+        session = self.session_for(table)
+        tagged = idempotent_txn(session, self.app_id(table), batch_id, record)(write)
+        # the batch's choice of compiled or interpreted projections (`spark.INTERPRETED`) holds
+        mode = self.spark.conf.get(FACTORY_MODE, None)
+        follow = session_confs(session, {FACTORY_MODE: mode} if mode else {})
+        self._write(table, batch_id, lambda: follow(tagged)(session))
+
+    def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
+        """Append `df` to the Delta table at `path` once per batch (a replay whose append
+        committed skips it), recording this batch in its commit."""
+        with self.step(table):
+            if self.committed(path, batch_id):
+                return
+        record = json.dumps(self.batch_record(batch_id))
+        writer = df.write.format("delta").mode("append").option("userMetadata", record)
+        self._write(table, batch_id, lambda: writer.save(path))
+
+    def _write(self, table: str, batch_id: int, write: Callable[[], object]) -> None:
+        """Run a write of the batch, retried on write conflicts. Any other failure stops the job
+        with one line naming the table, the batch and the cause."""
         try:
             with self.step(table):
-                retry_on_conflict(tagged, what=table)
+                retry_on_conflict(write, what=table)
         except LakehouseError:
             raise
         except Exception as e:
             raise JobFailedError(
                 f"batch {batch_id} could not be written to {table}: {cause(e)}"
             ) from e
-
-    def append(self, df: DataFrame, table: str, path: str, batch_id: int) -> None:
-        """Append `df` to the Delta table at `path` once per batch (a replay whose append
-        committed skips it)."""
-        with self.step(table):
-            if self.committed(path, batch_id):
-                return
-        self.transaction(
-            table,
-            batch_id,
-            lambda: df.write.format("delta").mode("append").save(path),
-            txn_ids=False,
-        )

@@ -180,3 +180,79 @@ def test_a_lost_checkpoint_is_rebuilt_only_from_batches_that_read_its_own_source
     kafka = tmp_path / "ck-pipeline"
     delta.recover_checkpoint(spark, str(kafka), [target], "pipeline", lambda o: "orders" in o)
     assert query_id(Files(spark), str(kafka)) == "pipeline"
+
+
+def test_writes_side_by_side_each_commit_once_per_batch_and_a_failure_is_raised_after_all_end(
+    spark, tmp_path, caplog
+):
+    """Two MERGEs and an append of one batch run side by side (each MERGE tagged in a session of
+    its own): each commits once with the batch's record; a replay commits nothing; a failing
+    write is raised once the others ended, and their commits stand for the re-run to skip."""
+    import json
+    import logging
+
+    from delta.tables import DeltaTable
+
+    from pipelines import logs
+    from pipelines.streaming.sink import IdempotentSink
+
+    paths = {n: str(tmp_path / n) for n in ("a", "b", "c")}
+    for path in paths.values():
+        spark.range(0).selectExpr("id", "0L AS n").write.format("delta").save(path)
+    fail = {"b": False}
+
+    class Sink(IdempotentSink):
+        def write_batch(self, batch, batch_id):
+            def merge(name):
+                if fail.get(name):
+                    raise RuntimeError(f"{name} is down")
+                logs.get("test").warning("merging %s", name)
+                self.transaction(
+                    name,
+                    batch_id,
+                    lambda s: (
+                        DeltaTable.forPath(s, paths[name])
+                        .alias("t")
+                        .merge(batch.alias("s"), "t.id = s.id")
+                        .whenMatchedUpdate(set={"n": "t.n + s.n"})
+                        .whenNotMatchedInsertAll()
+                        .execute()
+                    ),
+                )
+
+            self.in_parallel(
+                lambda: merge("a"),
+                lambda: merge("b"),
+                lambda: self.append(batch, "c", paths["c"], batch_id),
+            )
+
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"q1"}\n')
+    sink = Sink(str(checkpoint))
+    rows = spark.range(3).selectExpr("id", "1L AS n")
+    versions = {
+        n: (lambda p=p: spark.sql(f"DESCRIBE HISTORY delta.`{p}`").count())
+        for n, p in paths.items()
+    }
+    caplog.set_level(logging.WARNING, logger="lakehouse.test")
+    sink(rows, 0)
+    sink(rows, 0)  # a replay: nothing commits
+    assert {n: v() for n, v in versions.items()} == {"a": 2, "b": 2, "c": 2}
+    assert sorted(r.getMessage() for r in caplog.records if r.name == "lakehouse.test") == [
+        "merging a", "merging a", "merging b", "merging b",
+    ]  # fmt: skip
+    fail["b"] = True
+    with pytest.raises(RuntimeError, match="b is down"):
+        sink(rows, 1)
+    assert {n: v() for n, v in versions.items()} == {"a": 3, "b": 2, "c": 3}
+    fail["b"] = False
+    sink(rows, 1)  # the re-run: only b is written
+    assert {n: v() for n, v in versions.items()} == {"a": 3, "b": 3, "c": 3}
+    for name in ("a", "b"):
+        table = spark.read.format("delta").load(paths[name])
+        assert sorted(map(tuple, table.collect())) == [(0, 2), (1, 2), (2, 2)]
+        history = DeltaTable.forPath(spark, paths[name]).history().collect()
+        assert sorted(json.loads(h["userMetadata"])["batch"] for h in history[:-1]) == [0, 1]
+    assert spark.read.format("delta").load(paths["c"]).count() == 6
+    assert spark.conf.get(TXN_APP_ID, None) is None

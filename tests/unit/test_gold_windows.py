@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from chispa import assert_df_equality
@@ -140,9 +140,12 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
     ensure_gold_tables(spark, conf, tables)
     sink, at = UpsertGold(conf, tables), datetime(2026, 11, 22, 10, 0)
     huge = 6 * 10**18  # two of them exceed a long
+    # the same job gives the batch's newest and oldest event times
+    events = spark.createDataFrame([(at + timedelta(minutes=3),), (at,)], "event_time timestamp")
 
     def fit(units, order_value="1.00"):
-        return None is not sink._surely_fit(
+        after, stats = sink._surely_fit(
+            events,
             {
                 "gold/revenue_by_category_1m": spark.createDataFrame(
                     [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in units],
@@ -152,12 +155,15 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
                     [(at, at, "FR", 1, None if order_value is None else Decimal(order_value))],
                     countries.SCHEMA,
                 ),
-            }
+            },
         )
+        assert stats == (at + timedelta(minutes=3), at)
+        return after is not None
 
     assert [fit([]), fit([huge]), fit([1, huge]), fit([1], None)] == [True, True, True, False]
     # what it proves of the table once the batch is added: each value column's range, a bound
-    units = sink._surely_fit(
+    units, _ = sink._surely_fit(
+        events,
         {
             "gold/revenue_by_category_1m": spark.createDataFrame(
                 [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in (-3, 7)],
