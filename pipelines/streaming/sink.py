@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines import logs
@@ -77,7 +78,7 @@ class IdempotentSink:
         self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
         self.timings: dict[int, dict[str, float]] = {}  # the steps of the last batches, by id
         self._sessions: dict[str, SparkSession] = {}  # table -> session of its MERGEs
-        self._sessions_of: SparkSession | None = None  # the session they were derived from
+        self._sessions_of: SparkContext | None = None  # the context they belong to
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -166,9 +167,10 @@ class IdempotentSink:
     def session_for(self, table: str) -> SparkSession:
         """This sink's own session for its MERGEs into `table`: a MERGE is tagged through session
         settings, so writes of one batch to different tables can run side by side (`in_parallel`)
-        only each in a session of its own. Derived from the batch's session (one per query run)."""
-        if self._sessions_of is not self.spark:
-            self._sessions, self._sessions_of = {}, self.spark
+        only each in a session of its own. Made once per Spark context (pyspark wraps each batch's
+        session anew: a session per batch would build its analyzer and catalog each time)."""
+        if self._sessions_of is not self.spark.sparkContext:
+            self._sessions, self._sessions_of = {}, self.spark.sparkContext
         if table not in self._sessions:
             self._sessions[table] = self.spark.newSession()
         return self._sessions[table]
