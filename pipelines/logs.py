@@ -52,11 +52,10 @@ def in_this_context(fn: Callable[[], T]) -> Callable[[], T]:
     ids = getattr(_batch, "ids", None)
 
     def run() -> T:
-        _batch.ids = ids
-        try:
+        if ids is None:
             return fn()
-        finally:
-            _batch.ids = None
+        with batch_context(*ids):
+            return fn()
 
     return run
 
