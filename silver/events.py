@@ -38,6 +38,26 @@ def _iso_instant(t: Column) -> Column:
     return F.concat(seconds, F.date_format(t, "XXX"))
 
 
+# A SQL function of the project's JVM classes, which every session built by pipelines has (see
+# `pipelines/resources/java/lakehouse/json/FlatObject.java`).
+FLAT_OBJECT = "lakehouse_flat_object"
+FLAT_KINDS = ("string", "integer", "number")
+
+
+def flat_object(value: Column, fields: Mapping[str, str]) -> Column:
+    """The texts of `fields` (name -> kind: string, integer or number) in a raw JSON `value`
+    (bytes), as an array in their order, when the value is one JSON object that has those fields,
+    each once and of its kind (an integer of at most 64 bits; a number of at most 38 digits
+    without exponent), and nothing but whitespace after it; other fields may be there. Else null.
+    One streaming pass over the bytes: a fast path for the common shape, never a judge of what is
+    valid; it refuses (null) whatever it is not sure Spark reads the same way."""
+    unknown = {k for k in fields.values() if k not in FLAT_KINDS}
+    if unknown:
+        raise ValueError(f"flat_object: kinds {sorted(unknown)} are not among {FLAT_KINDS}")
+    spec = ",".join(f"{name}:{kind}" for name, kind in fields.items())
+    return F.call_function(FLAT_OBJECT, value, F.lit(spec))
+
+
 def dedupe_events(parsed: DataFrame, key: str, columns: list[str]) -> DataFrame:
     """Valid events, one row per `key`: the first delivery by Kafka coordinates wins."""
     first = F.min_by(F.struct(*columns), F.struct(*COORDINATES))

@@ -50,10 +50,11 @@ from pipelines.streaming.spark import FACTORY_MODE, INTERPRETED, session_confs
 from pipelines.streaming.storage import Files
 
 # Up to this many offsets a batch's writes run interpreted projections (measured: faster up to
-# 60,000), and its parse up to PARSE_INTERPRETED (the parse alone, warm, on 2 cores: 5,000 records
-# 0.42 s either way, 20,000 records 0.68 s compiled and 0.99 s interpreted, 60,000 1.46 and 2.66).
+# 60,000), and its parse up to PARSE_INTERPRETED (the parse alone, warm, on 2 cores, best of 5:
+# 5,000 records 0.83 s compiled and 0.52 s interpreted, 20,000 0.79 s either way, 60,000 1.11 s
+# compiled and 1.43 s interpreted).
 SMALL_BATCH = 60_000
-PARSE_INTERPRETED = 10_000
+PARSE_INTERPRETED = 20_000
 
 
 class Pipeline(IdempotentSink):

@@ -16,13 +16,16 @@ from datetime import datetime
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, StringType, StructType
 
 from pipelines.config import LakehouseConf
 from pipelines.local.cds import driver_java_options
 from pipelines.local.jars import spark_jars
 from pipelines.local.s3 import ensure_folder
 from pipelines.spark_conf import event_log_settings, metrics_settings, session_settings
+from silver.events import FLAT_OBJECT
+
+FLAT_OBJECT_CLASS = "lakehouse.json.FlatObject"
 
 
 def build_spark(
@@ -52,11 +55,18 @@ def build_spark(
         )
     spark = builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
+    register_functions(spark)
     # pyspark logs each SQL error with its JVM stack trace as it creates it, even one that the
     # caller handles: the caller reports what it does not handle, once.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logging.getLogger(name).disabled = True
     return spark
+
+
+def register_functions(spark: SparkSession) -> None:
+    """The SQL functions of the project's JVM classes that the layers call by name (see
+    `silver.events.flat_object`); a session cloned from this one (a streaming batch's) has them."""
+    spark.udf.registerJavaFunction(FLAT_OBJECT, FLAT_OBJECT_CLASS, ArrayType(StringType()))
 
 
 def _submitted() -> dict[str, str]:
