@@ -8,15 +8,16 @@ Usage:
    included. It leaves silver/orders holding about `--preload / 2.8` orders: the default leaves
    the 1M or more that the freshness targets are measured on.
 2. Steady: `lakehouse run pipeline` (continuous, the configuration's trigger) runs in its own
-   process while a paced producer sends `--rate` records/s for `--minutes`; then it is stopped
-   with SIGTERM once it has caught up.
+   process while a paced producer sends `--rate` records/s, first for `--warmup-minutes` (not
+   measured: the JVM compiles its hot code, the batches settle to the rate), then for `--minutes`
+   (measured); then it is stopped with SIGTERM once it has caught up.
 3. Freshness of every on-time `created` and `paid` event, from the Kafka timestamp of its first
    delivery to the commit of the gold table whose window row counts it, exactly through the
    tables' logs: the bronze file holding the record -> the pipeline batch that committed that
    file (its Delta transaction id) -> that batch's commit to the gold table. p50/p90/p99/max
    overall and per minute of sending.
 4. CPU: the job's processes' CPU time (Python driver and JVM; not the broker nor the producer)
-   over the steady run, in core-seconds per million records.
+   over the measured part of the steady run, in core-seconds per million records.
 5. The floor chain in the same run (`bench.freshness_floor`, variant `append+merge`: one append
    and one MERGE per batch, no lakehouse logic) at the same rate with the job's trigger, for
    `--floor-seconds`: its freshness p50 and CPU, and the job's ratios to them.
@@ -149,6 +150,9 @@ def main() -> None:
     parser.add_argument(
         "--minutes", type=float, default=5.0, help="how long the rate is sent (0: drain only)"
     )
+    parser.add_argument(
+        "--warmup-minutes", type=float, default=2.0, help="sent at the rate before the clock starts"
+    )
     parser.add_argument("--floor-seconds", type=float, default=120.0, help="0: no floor run")
     parser.add_argument("--env", default="local")
     args = parser.parse_args()
@@ -182,10 +186,14 @@ def main() -> None:
         print(f"results: {record('Pipeline job drain', command, figures)}")
         spark.stop()
         return
-    total = int(args.rate * args.minutes * 60)
-    steady = generate(total, first_chunk=100)[:total]
+    total, warmup = int(args.rate * args.minutes * 60), int(args.rate * args.warmup_minutes * 60)
+    steady = generate(warmup + total, first_chunk=100)[: warmup + total]
     job = subprocess.Popen([lakehouse, "run", "pipeline"], env=env, cwd=REPO)
-    time.sleep(20)  # the JVM starts and the first (empty) batch runs before the clock starts
+    time.sleep(20)  # the JVM starts and the first (empty) batch runs
+    if warmup:  # at the rate, not measured
+        plan = StreamPlan(with_every_twist(), steady[:warmup])
+        produce_plan(conf, plan, topic, track=False, rate=args.rate)
+    steady = steady[warmup:]
     cpu_before, started_ms = cpu_seconds(job.pid), int(time.time() * 1000)
     produce_plan(conf, StreamPlan(with_every_twist(), steady), topic, track=False, rate=args.rate)
     sent_s = time.time() - started_ms / 1000
@@ -204,8 +212,9 @@ def main() -> None:
     floor = run_floor(args, conf, env) if args.floor_seconds else None
     figures = [
         drain_line,
-        f"steady: {args.rate:,.0f} records/s for {sent_s:.0f} s ({total:,} records), "
-        f"`lakehouse run pipeline` (trigger {conf.pipeline.trigger_interval})",
+        f"steady: {args.rate:,.0f} records/s for {sent_s:.0f} s ({total:,} records) after "
+        f"{args.warmup_minutes:g} min at that rate, `lakehouse run pipeline` (trigger "
+        f"{conf.pipeline.trigger_interval})",
         f"freshness Kafka timestamp -> gold window row committed, {f['n']:,} on-time created/paid "
         f"events: **p50 {f['p50']:.1f} s, p99 {f['p99']:.1f} s**, p90 {f['p90']:.1f} s, "
         f"max {f['max']:.1f} s",
@@ -227,11 +236,13 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"pipeline_job-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     payload = {"drain": drained, "rate": args.rate, "records": total, "cpu_s": cpu, **result}
+    payload["warmup_minutes"] = args.warmup_minutes
     payload["floor"] = floor
     out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     command = (
         f"python -m bench.pipeline_job --preload {args.preload} --rate {args.rate:g} "
-        f"--minutes {args.minutes:g} --floor-seconds {args.floor_seconds:g}"
+        f"--minutes {args.minutes:g} --warmup-minutes {args.warmup_minutes:g} "
+        f"--floor-seconds {args.floor_seconds:g}"
     )
     print(f"results: {out} and {record(f'Pipeline job at {args.rate:,.0f}/s', command, figures)}")
     spark.stop()
