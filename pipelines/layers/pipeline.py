@@ -178,7 +178,8 @@ def run_pipeline(
             state,
             trigger_interval=conf.pipeline.state_trigger_interval,
         )
-        companion = None if once else (partial(start_state, once=False), state, what)
+        start_continuous = partial(start_state, once=False)
+        companion = None if once else (start_continuous, state, what, "pipeline state")
     query = run_query(
         spark,
         conf,

@@ -51,7 +51,7 @@ def run_query(
     what: str,
     progress: bool,
     explain: Callable[[StreamingQueryException], Exception | None] = lambda e: None,
-    companion: tuple[Callable[[], StreamingQuery], IdempotentSink, str] | None = None,
+    companion: tuple[Callable[[], StreamingQuery], IdempotentSink, str, str] | None = None,
 ) -> StreamingQuery:
     """Start a query and wait for it: to its end (available-now) or until SIGINT/SIGTERM.
 
@@ -61,14 +61,15 @@ def run_query(
     the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
     (or the error `explain` makes of it). Returns the finished query.
 
-    A `companion` (start, sink, what) is a second query started after the first, under its own
-    checkpoint lease, and stopped with it the same way; its failure stops both, named by `what`.
+    A `companion` (start, sink, what, name) is a second query started after the first, under its
+    own checkpoint lease, and stopped with it the same way; its failure stops both, named by
+    `what`; its batches are reported as the first's are, under `name`.
     """
     console = ConsoleProgress(name, quiet=not progress, steps=sink.timings)
     progress_table = ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
-    def report(query: StreamingQuery) -> None:
-        for p in console.update(query):
+    def report(query: StreamingQuery, on: ConsoleProgress = console) -> None:
+        for p in on.update(query):
             metrics.observe(query.name, p)
             if progress_table is not None:
                 progress_table.record(p)
@@ -85,8 +86,10 @@ def run_query(
     lease = CheckpointLease(spark, sink.checkpoint, f"the {name} job").__enter__()
     leases = [lease]
     side: StreamingQuery | None = None
+    side_console = None
     if companion is not None:  # both checkpoints held before either query starts
-        start_side, side_sink, side_what = companion
+        start_side, side_sink, side_what, side_name = companion
+        side_console = ConsoleProgress(side_name, quiet=not progress, steps=side_sink.timings)
         try:
             leases.append(
                 CheckpointLease(spark, side_sink.checkpoint, f"the {name} job").__enter__()
@@ -115,6 +118,8 @@ def run_query(
             while query.isActive and not stop_requested.is_set():
                 query.awaitTermination(1)
                 report(query)
+                if side is not None:
+                    report(side, side_console)
                 try:
                     for held in leases:
                         held.renew()
@@ -133,6 +138,8 @@ def run_query(
         finally:
             if side is not None and side.isActive:
                 _stop_between_batches(side)
+            if side is not None:
+                report(side, side_console)
         report(query)
         console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query

@@ -1,3 +1,8 @@
+import logging
+import os
+import signal
+import threading
+
 import pytest
 
 from pipelines.errors import JobFailedError, QualityError
@@ -89,6 +94,71 @@ def test_a_companion_query_that_cannot_start_leaves_no_query_running(spark, base
             name="t",
             what="t",
             progress=False,
-            companion=(cannot_start, side, "the side query"),
+            companion=(cannot_start, side, "the side query", "side"),
         )
     assert spark.streams.active == []
+
+
+class Counting(IdempotentSink):
+    """Records the rows of each batch; `done` once it has seen `expected` rows."""
+
+    def __init__(self, checkpoint: str, expected: int = 0) -> None:
+        super().__init__(checkpoint)
+        self.rows, self.expected = 0, expected
+        self.done = threading.Event()
+
+    def write_batch(self, batch, batch_id):
+        self.rows += batch.count()
+        if self.rows >= self.expected:
+            self.done.set()
+
+
+def test_a_companion_querys_batches_are_reported_like_the_main_querys(
+    spark, base_conf, tmp_path, caplog
+):
+    """The pipeline job's state query runs beside the main one: its batches get the same
+    progress lines (and metrics, progress table rows) under the companion's name."""
+    from pipelines.streaming.query import run_query
+
+    source = str(tmp_path / "source")
+    spark.range(7).write.format("delta").save(source)
+    side = Counting(str(tmp_path / "side"), expected=7)
+
+    class StopsOnceTheSideIsDone(IdempotentSink):
+        def write_batch(self, batch, batch_id):
+            if side.done.wait(timeout=120):  # then a SIGTERM, as the job gets it
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    main = StopsOnceTheSideIsDone(str(tmp_path / "main"))
+
+    def start(sink, stream, trigger="1 second"):
+        return (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", sink.checkpoint)
+            .trigger(processingTime=trigger)
+            .start()
+        )
+
+    conf = base_conf.updated({"storage.root": str(tmp_path / "lake")})
+    caplog.set_level(logging.INFO, logger="lakehouse.progress")
+    try:
+        run_query(
+            spark,
+            conf,
+            lambda: start(main, spark.readStream.format("rate").load()),
+            main,
+            name="main",
+            what="main",
+            progress=True,
+            companion=(
+                lambda: start(side, spark.readStream.format("delta").load(source), "0 seconds"),
+                side,
+                "the side query",
+                "side",
+            ),
+        )
+    finally:
+        STOPPING.clear()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[side] batch")]
+    assert [line.split(" rows")[0] for line in lines] == ["[side] batch 0: 7"]
+    assert side.rows == 7 and spark.streams.active == []
