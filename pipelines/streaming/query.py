@@ -138,8 +138,8 @@ def run_query(
         finally:
             if side is not None and side.isActive:
                 _stop_between_batches(side)
-            if side is not None:
-                report(side, side_console)
+        if side is not None:
+            report(side, side_console)
         report(query)
         console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query

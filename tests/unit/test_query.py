@@ -126,8 +126,9 @@ def test_a_companion_querys_batches_are_reported_like_the_main_querys(
 
     class StopsOnceTheSideIsDone(IdempotentSink):
         def write_batch(self, batch, batch_id):
-            if side.done.wait(timeout=120):  # then a SIGTERM, as the job gets it
-                os.kill(os.getpid(), signal.SIGTERM)
+            if not side.done.wait(timeout=120):
+                raise AssertionError(f"the side query saw {side.rows} rows of 7")
+            os.kill(os.getpid(), signal.SIGTERM)  # as the job gets it
 
     main = StopsOnceTheSideIsDone(str(tmp_path / "main"))
 
