@@ -178,8 +178,8 @@ def run_pipeline(
             state,
             trigger_interval=conf.pipeline.state_trigger_interval,
         )
-        start_continuous = partial(start_state, once=False)
-        companion = None if once else (start_continuous, state, what, "pipeline state")
+        if not once:
+            companion = (partial(start_state, once=False), state, what, "pipeline state")
     query = run_query(
         spark,
         conf,

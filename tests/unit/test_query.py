@@ -102,7 +102,7 @@ def test_a_companion_query_that_cannot_start_leaves_no_query_running(spark, base
 class Counting(IdempotentSink):
     """Records the rows of each batch; `done` once it has seen `expected` rows."""
 
-    def __init__(self, checkpoint: str, expected: int = 0) -> None:
+    def __init__(self, checkpoint: str, expected: int) -> None:
         super().__init__(checkpoint)
         self.rows, self.expected = 0, expected
         self.done = threading.Event()
