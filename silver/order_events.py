@@ -48,8 +48,8 @@ SCHEMA = (
 )
 PARTITIONED_BY = ("event_date",)
 ZORDER_BY = ("event_id",)  # tight key ranges per file: the dedupe's anti-join skips files
-# each row knows the commit that added it (`_metadata.row_commit_version`): freshness per event
-PROPERTIES = {"delta.enableRowTracking": "true"}
+# the change feed gives each row its commit's time (`_commit_timestamp`): freshness per event
+PROPERTIES = {"delta.enableChangeDataFeed": "true"}
 KEY = "event_id"  # an event is stored once however often it is delivered
 EXPECTATIONS = (
     ("expect_column_values_to_not_be_null", {"column": "event_id"}),
