@@ -37,7 +37,7 @@ from gold.late_events import kept_out, late_events, on_time_events
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.layers.silver import silver_tables
-from pipelines.streaming.delta import start_delta_to_batches
+from pipelines.streaming.delta import snapshot, start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
@@ -160,6 +160,7 @@ class UpsertGold(IdempotentSink):
         # retried or replayed batch reads the tables): the newest event time, and each value
         # column's range over each gold table (a bound: widened by every batch's additions).
         self._known: tuple | None = None  # ((query id, next batch id), newest, ranges)
+        self._dimensions: tuple | None = None  # (Spark context, versions, cached frames)
 
     def _knows(self, batch_id: int) -> tuple:
         """(newest, ranges) known for this batch, else (None, None); forgotten either way."""
@@ -167,6 +168,24 @@ class UpsertGold(IdempotentSink):
         if known is None or known[0] != (self.query_id(), batch_id):
             return None, None
         return known[1], known[2]
+
+    def dimensions(self, spark: SparkSession) -> dict[str, DataFrame]:
+        """The dimension tables as they are now (a change is seen by the next batch), each read
+        and cached once per version: while none changes, a batch plans no scan of them (a file
+        listing, a Spark job each)."""
+        paths = self.tables.dimensions
+        versions = {role: snapshot(spark, path).version() for role, path in paths.items()}
+        known = self._dimensions
+        if known is None or known[0] is not spark.sparkContext or known[1] != versions:
+            for frame in known[2].values() if known else ():
+                frame.unpersist()
+            frames = {
+                role: spark.read.format("delta").option("versionAsOf", version).load(paths[role])
+                for role, version in versions.items()
+            }
+            frames = {role: frame.persist() for role, frame in frames.items()}
+            self._dimensions = (spark.sparkContext, versions, frames)
+        return self._dimensions[2]
 
     def newest_before(self, spark: SparkSession, batch_id: int) -> datetime | None:
         """Newest event time processed by earlier batches (a replay sees the same value)."""
@@ -184,8 +203,7 @@ class UpsertGold(IdempotentSink):
         late = late_events(events, newest, self.lateness_s, self.late_columns)
         on_time = on_time_events(events, newest, self.lateness_s)
         if self.enrich:
-            dims = {r: spark.read.format("delta").load(p) for r, p in tables.dimensions.items()}
-            on_time = self.cache(self.enrich(on_time, dims))
+            on_time = self.cache(self.enrich(on_time, self.dimensions(spark)))
         with self.step("gold.fitting"):
             fitted = self._fitting(spark, events, on_time, batch_id, ranges)
         if fitted is None:  # no event in the batch

@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from pipelines.layers.bronze import run_bronze
-from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
+from pipelines.layers.gold import UpsertGold, gold_tables, run_gold, seed_dimensions
 from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import produce_plan
@@ -158,6 +158,29 @@ def test_gold_is_exact_late_events_are_traced_and_dimension_updates_apply(spark,
         phase1, phase2, phase3
     )
     assert any(r[2] == "relabelled" for r in revenue)
+
+
+def test_a_gold_sink_reads_each_dimension_once_per_version(spark, lake):
+    """The dimensions are cached while they do not change (a batch plans no scan of them), and
+    the first batch after a change reads them again."""
+    seed_dimensions(spark, lake)
+    tables = gold_tables(lake)
+    sink = UpsertGold(lake, tables)
+    first = sink.dimensions(spark)
+    assert sink.dimensions(spark) is first
+    assert [f.storageLevel.useMemory for f in first.values()] == [True, True]
+    product = first["products"].orderBy("product_id").first()["product_id"]
+    DeltaTable.forPath(spark, tables.dimensions["products"]).update(
+        f"product_id = '{product}'", {"category": "'relabelled'"}
+    )
+    second = sink.dimensions(spark)
+    # the old version of products left the cache; customers, unchanged, is cached once (its
+    # frames before and after read the same version: one plan, one cache entry)
+    assert first["products"].storageLevel.useMemory is False
+    assert [f.storageLevel.useMemory for f in second.values()] == [True, True]
+    relabelled = second["products"].where(F.col("category") == "relabelled")
+    assert [r["product_id"] for r in relabelled.collect()] == [product]
+    assert second["customers"].count() == 3000
 
 
 def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
