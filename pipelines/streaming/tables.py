@@ -134,8 +134,9 @@ def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
 
 
 def clustering_columns(spark: SparkSession, path: str) -> tuple[str, ...]:
-    """The liquid clustering columns of the Delta table at `path` (none: not clustered), read
-    from its log: no Spark job."""
+    """The liquid clustering columns of the Delta table at `path` (none: not clustered), from
+    its clustering domain. Delta 4.4 reads a domain from the snapshot's computed state, not from
+    the checksum: a state rebuild (Spark jobs), which a job start pays once per clustered table."""
     utils = spark._jvm.org.apache.spark.sql.delta.skipping.clustering.ClusteredTableUtils
     found = utils.getClusteringColumnsOptional(snapshot(spark, path))
     if not found.isDefined():
