@@ -37,7 +37,7 @@ from gold.late_events import kept_out, late_events, on_time_events
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.layers.silver import silver_tables
-from pipelines.streaming.delta import snapshot, start_delta_to_batches
+from pipelines.streaming.delta import read_pinned, snapshot, start_delta_to_batches
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
@@ -179,11 +179,7 @@ class UpsertGold(IdempotentSink):
         if known is None or known[0] is not spark.sparkContext or known[1] != versions:
             for frame in known[2].values() if known else ():
                 frame.unpersist()
-            frames = {
-                role: spark.read.format("delta").option("versionAsOf", version).load(paths[role])
-                for role, version in versions.items()
-            }
-            frames = {role: frame.persist() for role, frame in frames.items()}
+            frames = {r: read_pinned(spark, paths[r], v).persist() for r, v in versions.items()}
             self._dimensions = (spark.sparkContext, versions, frames)
         return self._dimensions[2]
 
