@@ -39,6 +39,12 @@ def test_the_driver_runs_with_the_archive_and_its_classes_come_from_it(spark):
     assert _source_of_submit(classpath).startswith("file:")  # without it: read from the jar
 
 
+def test_the_driver_collects_with_the_parallel_collector(spark):
+    jvm = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(b.getName() for b in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+
 def test_no_driver_start_rewrites_the_jars(spark, lake):
     """A driver start reads the jar set; resolving it again would delete the jars under the
     drivers running beside it (as one build of the archive's key once did, in every driver)."""
