@@ -16,5 +16,5 @@ def test_a_collector_chosen_in_the_environment_wins(monkeypatch, variable):
     options = cds.driver_java_options().split()
     assert options[0].startswith("-Dlog4j2.configurationFile=")
     assert not [o for o in options if o.endswith("GC")]
-    monkeypatch.setenv(variable, "-XX:+UseG1GCLogging")  # not a collector
+    monkeypatch.setenv(variable, "-XX:+UseGCOverheadLimit")  # not a collector
     assert cds.driver_java_options().split()[0] == "-XX:+UseParallelGC"
