@@ -93,7 +93,8 @@ def main() -> None:
             seconds = statistics.median(s for s, _ in runs)
             jobs = statistics.median(j for _, j in runs)
             parts.append(f"{shape} {seconds:.3f} s, {jobs:g} jobs")
-        print(f"{name} {variants[name] or ''}: median of {len(runs)}: {'; '.join(parts)}")
+        label = f"{name} {variants[name]}" if variants[name] else name
+        print(f"{label}: median of {len(runs)}: {'; '.join(parts)}")
 
 
 if __name__ == "__main__":
