@@ -7,6 +7,7 @@ import os
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from itertools import chain
@@ -57,23 +58,36 @@ def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:
     return conf
 
 
-def cpu_seconds(pid: int, exclude: frozenset[int] = frozenset()) -> float:
-    """User + system CPU seconds of a process and all its descendants (but `exclude` and theirs),
-    now."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
+def descendants(pid: int, exclude: frozenset[int] = frozenset()) -> Iterator[int]:
+    """A process and all its descendants, now (but `exclude` and theirs)."""
+    todo = [pid]
     while todo:
         p = todo.pop()
         if p in exclude:
             continue
+        yield p
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
         except OSError:
             continue
-        todo += [int(c) for c in children]
-    return total
+
+
+def cpu_ticks(stat: Path) -> int:
+    """User + system clock ticks of a process or thread, from its `stat` file."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_seconds(pid: int, exclude: frozenset[int] = frozenset()) -> float:
+    """User + system CPU seconds of a process and all its descendants (but `exclude` and theirs),
+    now."""
+    total = 0
+    for p in descendants(pid, exclude):
+        try:
+            total += cpu_ticks(Path(f"/proc/{p}/stat"))
+        except OSError:
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def commit() -> str:

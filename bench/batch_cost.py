@@ -31,7 +31,16 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable as DeltaLake
 
-from bench.backlog import RESULTS, commit, cpu_seconds, fresh, generate, record
+from bench.backlog import (
+    RESULTS,
+    commit,
+    cpu_seconds,
+    cpu_ticks,
+    descendants,
+    fresh,
+    generate,
+    record,
+)
 from bench.pipeline_job import REPO, job_env
 from pipelines.config import load_config
 from pipelines.layers.gold import seed_dimensions
@@ -64,7 +73,8 @@ def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> d
         threads: dict[tuple[int, int], tuple[str, float]] = {}  # the JVM's, newest reading
         while job.poll() is None:
             cpu.append((time.time(), cpu_seconds(job.pid)))
-            threads |= thread_cpu(job.pid)
+            if len(cpu) % 10 == 1:  # a few hundred files: not every poll, on the job's cores
+                threads |= thread_cpu(job.pid)
             time.sleep(0.5)
     if job.returncode:
         raise SystemExit(f"the job failed ({job.returncode}): see {log}")
@@ -101,15 +111,12 @@ def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> d
 
 def thread_cpu(pid: int) -> dict[tuple[int, int], tuple[str, float]]:
     """(process, thread) -> (name, CPU seconds) of every thread of `pid` and its descendants."""
-    tick, found, todo = os.sysconf("SC_CLK_TCK"), {}, [pid]
-    while todo:
-        p = todo.pop()
+    tick, found = os.sysconf("SC_CLK_TCK"), {}
+    for p in descendants(pid):
         try:
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
             for task in Path(f"/proc/{p}/task").iterdir():
-                name, fields = task.joinpath("stat").read_text().rsplit(")", 1)
-                ticks = int(fields.split()[11]) + int(fields.split()[12])
-                found[(p, int(task.name))] = (name.split("(", 1)[1], ticks / tick)
+                name = task.joinpath("comm").read_text().strip()
+                found[(p, int(task.name))] = (name, cpu_ticks(task / "stat") / tick)
         except OSError:
             continue
     return found
