@@ -82,8 +82,8 @@ def snapshot(spark: SparkSession, path: str):
 def read_pinned(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
     """The table at `path` as of `version` (default: its newest), pinned to it (a time-travel
     read). A frame over it stays what it was when the batch's own write commits to the table, and
-    Spark does not re-plan it then: after every write Spark re-caches each cached frame that reads the written
-    table (for Delta a file listing and a state reconstruction of the new version, ~1 s)."""
+    Spark does not re-plan it then: after every write Spark re-caches each cached frame that reads
+    the written table (for Delta a file listing and a state reconstruction of the new version)."""
     if version is None:
         version = snapshot(spark, path).version()
     return spark.read.format("delta").option("versionAsOf", version).load(path)
