@@ -5,10 +5,8 @@ and `KEY` (see ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -109,7 +107,6 @@ def batch_keys(
 
 
 LONGEST_BOUND = 100  # characters of a string key a MERGE's range keeps (Delta's statistics: 32)
-LONGEST_STAT = 32  # characters of a string Delta's statistics keep
 
 
 def key_range(column: Column, lo=None, hi=None) -> Column | None:
@@ -127,38 +124,6 @@ def key_range(column: Column, lo=None, hi=None) -> Column | None:
     return (
         condition if isinstance(hi, str) and len(hi) > LONGEST_BOUND else condition & (column <= hi)
     )
-
-
-def ranges_holding(keys: Sequence, files: Iterable[tuple]) -> list[tuple] | None:
-    """The [lo, hi] ranges of the files (their min and max of the key, from their statistics)
-    that can hold one of `keys` (sorted), overlapping ones merged, in order; None if a file has
-    no statistics for the key or one that may be cut (a string of LONGEST_STAT characters or
-    more: Delta keeps the first 32). A key outside every range is in no file of the table."""
-    holding = []
-    for lo, hi in files:
-        if (
-            lo is None
-            or hi is None
-            or any(isinstance(v, str) and len(v) >= LONGEST_STAT for v in (lo, hi))
-        ):
-            return None
-        i = bisect_left(keys, lo)
-        if i < len(keys) and keys[i] <= hi:
-            holding.append((lo, hi))
-    merged: list[tuple] = []
-    for lo, hi in sorted(holding):
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
-def within_ranges(column: Column, ranges: Sequence[tuple]) -> Column:
-    """`column` in one of `ranges` ([lo, hi] pairs): literal ranges, by which Delta skips every
-    file outside them; false for no range."""
-    within = [column.between(F.lit(lo), F.lit(hi)) for lo, hi in ranges]
-    return reduce(lambda a, b: a | b, within) if within else F.lit(False)
 
 
 def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:

@@ -74,8 +74,7 @@ class Pipeline(IdempotentSink):
             silver.UpsertState(
                 replace(
                     silver_tables, checkpoint=conf.checkpoint_path(f"pipeline/{stream_name}-state")
-                ),
-                conf.delta_rs_options(),
+                )
             )
             if silver_tables.state
             else None

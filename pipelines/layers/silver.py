@@ -24,13 +24,10 @@ even a table version:
 from __future__ import annotations
 
 import importlib
-import logging
 from dataclasses import dataclass
 from functools import partial
 
-import pyarrow as pa
 from delta.tables import DeltaTable
-from deltalake import DeltaTable as DeltaLake
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -54,14 +51,10 @@ from silver.events import (
     dedupe_events,
     key_condition,
     new_events,
-    ranges_holding,
     refused_reason,
     with_clock_bound,
-    within_ranges,
 )
 from silver.quarantine import quarantined_records
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -191,16 +184,11 @@ class UpsertSilver(IdempotentSink):
             return
         self.merge_state(batch.events, keys["min_state_key"], keys["max_state_key"], batch_id)
 
-    def merge_state(
-        self, events: DataFrame, low, high, batch_id: int, ranges: list[tuple] | None = None
-    ) -> None:
-        """MERGE the newest version per state key of `events` (state keys from `low` to `high`,
-        and in one of `ranges` if given) into the state table, replacing a row only with a newer
-        version."""
+    def merge_state(self, events: DataFrame, low, high, batch_id: int) -> None:
+        """MERGE the newest version per state key of `events` (state keys from `low` to `high`)
+        into the state table, replacing a row only with a newer version."""
         current = self.state.current_state(events)
         bounds = key_condition(self.state.KEY, low, high)
-        if ranges is not None:
-            bounds = bounds & within_ranges(F.col(f"t.{self.state.KEY}"), ranges)
         self.transaction(
             self.tables.names[1],
             batch_id,
@@ -237,46 +225,12 @@ class UpsertState(UpsertSilver):
     MERGEd into the state table. The pipeline job runs it as a query of its own beside the one
     that carries Kafka records to gold, so that a micro-batch's path to gold does not wait for
     the state MERGE: the state table follows the events table a trigger behind, and knows what
-    it consumed of it (its commits record the events table's offsets, as every layer's do).
-
-    The MERGE reads only the state table's files that can hold one of the batch's keys: their
-    key ranges, from the files' statistics (by delta-rs), bound its condition. This table has one
-    writer, this sink, and a compaction moves rows but never adds a key, so a key outside every
-    range is in no row of the table, whatever commits between the read and the MERGE."""
-
-    cache_batch = True  # read twice: its keys, then the MERGE
-
-    def __init__(self, tables: SilverTables, storage_options: dict[str, str] | None = None):
-        super().__init__(tables)
-        self.storage_options, self._warned = storage_options, False
+    it consumed of it (its commits record the events table's offsets, as every layer's do)."""
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        self.merge_state(batch, None, None, batch_id, self.key_ranges(batch))
-
-    def key_ranges(self, batch: DataFrame) -> list[tuple] | None:
-        """The key ranges of the state table's files that can hold one of `batch`'s keys, or
-        None (unbounded) if a file has no statistics for the key or delta-rs cannot read them."""
-        key = self.state.KEY
-        with self.step("silver.state_ranges"):
-            keys = sorted(r[0] for r in batch.select(key).distinct().collect())
-            try:
-                files = DeltaLake(self.tables.state, storage_options=self.storage_options)
-                stats = pa.table(files.get_add_actions(flatten=True))
-            except Exception as e:  # noqa: BLE001 (a table feature or storage delta-rs lacks)
-                if not self._warned:
-                    log.warning(
-                        "%s: no file statistics from delta-rs (%s); the state MERGE reads the "
-                        "whole table, which is slower",
-                        self.tables.state,
-                        str(e)[:300],
-                    )
-                    self._warned = True
-                return None
-            lows, highs = (
-                stats.column(c).to_pylist() if c in stats.column_names else [None] * stats.num_rows
-                for c in (f"min.{key}", f"max.{key}")
-            )
-            return ranges_holding(keys, zip(lows, highs, strict=True))
+        # unbounded: a key range would read the batch twice (and count its rows twice in the
+        # query's progress), and the state table's files span every key family anyway
+        self.merge_state(batch, None, None, batch_id)
 
 
 def start_state(

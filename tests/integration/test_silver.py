@@ -11,13 +11,11 @@ from decimal import Decimal
 
 import pytest
 from delta.tables import DeltaTable
-from pyspark.sql import functions as F
 
 from pipelines.config import LakehouseConf
 from pipelines.layers.bronze import bronze_tables, run_bronze
 from pipelines.layers.silver import (
     UpsertSilver,
-    UpsertState,
     ensure_silver_tables,
     run_silver,
     silver_tables,
@@ -229,48 +227,6 @@ def test_a_replayed_micro_batch_changes_no_table_version(spark, lake):
         table(spark, tables.events, EVENT_COLUMNS),
         table(spark, tables.state, ORDER_COLUMNS),
     ] == before
-
-
-def test_the_state_merge_is_bounded_to_the_files_that_can_hold_its_keys(spark, lake, tmp_path):
-    tables = replace(
-        silver_tables(lake, lake.streams["orders"]), checkpoint=str(tmp_path / "state-query")
-    )
-    ensure_silver_tables(spark, lake, tables)
-    os.makedirs(tables.checkpoint)
-    with open(f"{tables.checkpoint}/metadata", "w") as f:
-        f.write('{"id":"5f0c7bb5-28b0-4ef4-9b55-3a4c1c6b2d01"}\n')
-    t0 = datetime(2026, 11, 27, 9, 0)
-
-    def order(order_id: str, seq: int, status: str = "created") -> tuple:
-        price = Decimal("12.30")
-        return (order_id, f"e-{order_id}-{seq}", seq, status, "c-1", "p-1", 1, price, "EUR", t0)
-
-    schema = spark.read.format("delta").load(tables.state).schema
-    stored = {f"{family}-{i}": order(f"{family}-{i}", 2) for family in "cmx" for i in range(1, 6)}
-    for family in "cmx":  # one file per family: [c-1, c-5], [m-1, m-5], [x-1, x-5]
-        rows = [r for k, r in stored.items() if k.startswith(family)]
-        write = spark.createDataFrame(rows, schema).coalesce(1).write.format("delta")
-        write.mode("append").save(tables.state)
-    # the state table's schema, with the events' names for the columns it names otherwise
-    events = spark.createDataFrame(
-        [order("c-3", 3, "paid"), order("x-2", 1), order("n-1", 1)], schema
-    ).select(
-        *[
-            F.col(c).alias({"status": "event_type", "updated_at": "event_time"}.get(c, c))
-            for c in ORDER_COLUMNS
-        ],
-        F.lit("2026-11-27").alias("event_date"),
-    )
-    UpsertState(tables)(events.select(*EVENT_COLUMNS), 0)
-
-    merge = DeltaTable.forPath(spark, tables.state).history(1).first()
-    assert merge["operation"] == "MERGE"
-    predicate = json.loads(merge["operationParameters"]["predicate"])[0]
-    # the files of c-3 and x-2 only: n-1 is in no file's range, and m's file is not read
-    assert all(k in predicate for k in ("c-1", "c-5", "x-1", "x-5")), predicate
-    assert "m-" not in predicate and "n-1" not in predicate, predicate
-    expected = stored | {"c-3": order("c-3", 3, "paid"), "n-1": order("n-1", 1)}  # x-2: older
-    assert table(spark, tables.state, ORDER_COLUMNS) == sorted(expected.values())
 
 
 def test_hostile_records_never_stop_silver_and_each_lands_where_the_contract_says(spark, lake):

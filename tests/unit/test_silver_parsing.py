@@ -13,10 +13,8 @@ from silver.events import (
     dedupe_events,
     key_condition,
     new_events,
-    ranges_holding,
     refused_reason,
     with_clock_bound,
-    within_ranges,
 )
 from silver.order_events import (
     EVENT_COLUMNS,
@@ -276,26 +274,6 @@ def test_a_huge_key_is_kept_out_of_the_merge_condition_which_still_matches_it(sp
     assert len(str(condition)) < 300
     keys = spark.createDataFrame([("a" + huge,), ("b" + huge,), ("a",)], "id string")
     assert keys.alias("t").join(keys.alias("s"), condition).count() == 2  # "a" is out of range
-
-
-def test_a_state_merge_is_bounded_by_the_ranges_of_the_files_that_can_hold_its_keys():
-    files = [("o-10", "o-19"), ("o-30", "o-39"), ("o-15", "o-25"), ("o-50", "o-59"), ("o-7", "o-8")]
-    # o-17 is in the first and third files, which overlap; o-55 in the fourth; o-40 in none
-    assert ranges_holding(["o-17", "o-40", "o-55"], files) == [("o-10", "o-25"), ("o-50", "o-59")]
-    assert ranges_holding(["o-40"], files) == []  # a new key: in no file, nothing to read
-    assert ranges_holding([], files) == []
-    assert ranges_holding(["o-12"], []) == []  # an empty table
-    # without statistics for the key, or with one Delta may have cut: unbounded
-    assert ranges_holding(["o-12"], [*files, (None, None)]) is None
-    assert ranges_holding(["o-12"], [*files, ("o-1", "o-" + "9" * 30)]) is None
-    assert ranges_holding([12, 25], [(10, 19), (20, 39), (41, 50)]) == [(10, 19), (20, 39)]
-
-
-def test_within_ranges_keeps_exactly_the_keys_in_one_of_them(spark):
-    keys = spark.createDataFrame([(f"o-{i}",) for i in range(10, 60)], "k string")
-    kept = keys.where(within_ranges(F.col("k"), [("o-12", "o-14"), ("o-50", "o-51")]))
-    assert sorted(r.k for r in kept.collect()) == ["o-12", "o-13", "o-14", "o-50", "o-51"]
-    assert keys.where(within_ranges(F.col("k"), [])).count() == 0
 
 
 TRICKY = [
