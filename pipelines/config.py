@@ -332,6 +332,10 @@ class ClusterConf(_Section):
     workers: Count = 2
     worker_cores: Count = 1
     worker_memory: Size = "2g"
+    # cores each application takes unless it sets spark.cores.max (the master's
+    # spark.deploy.defaultCores): Spark's default, every free core, would leave a job's other
+    # tasks waiting for the first one to end, for ever beside a continuous one
+    app_cores: Count = 1
     dir: str = ".lakehouse/cluster"
     start_timeout_s: Count = 60
 

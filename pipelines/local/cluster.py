@@ -72,15 +72,19 @@ def status(conf: LakehouseConf) -> ClusterStatus:
     return ClusterStatus(True, len(alive), cores, detail)
 
 
-def _launch(conf: LakehouseConf, name: str, main_class: str, *args: str, **options) -> None:
-    """Start a deploy class with `--option value` flags; its pid goes to `<name>.pid`."""
+def _launch(
+    conf: LakehouseConf, name: str, main_class: str, *args: str, jvm: tuple = (), **options
+) -> None:
+    """Start a deploy class with JVM options `jvm` and `--option value` flags; its pid goes to
+    `<name>.pid`."""
     d, spark_home = conf.cluster_dir, Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": sys.executable}
     env |= {"SPARK_LOCAL_IP": conf.cluster.host, "SPARK_LOG_DIR": str(d)}
     # the launcher that builds executor command lines wants it (spark-class sets it)
     env["SPARK_SCALA_VERSION"] = "2.13"
     flags = [s for k, v in options.items() for s in (f"--{k.replace('_', '-')}", str(v))]
-    cmd = [java_executable(), "-Xmx512m", "-cp", f"{spark_home}/jars/*", main_class, *flags, *args]
+    cmd = [java_executable(), "-Xmx512m", *jvm, "-cp", f"{spark_home}/jars/*", main_class]
+    cmd += [*flags, *args]
     with open(d / f"{name}.out", "ab") as log:
         pid = Popen(cmd, stdout=log, stderr=STDOUT, env=env, cwd=d, start_new_session=True).pid
     (d / f"{name}.pid").write_text(str(pid))
@@ -100,7 +104,8 @@ def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
     workers = [f"worker-{i}" for i in range(1, c.workers + 1)]
     if "master" not in pids:
         ports = {"port": c.master_port, "webui_port": c.master_webui_port}
-        _launch(conf, "master", MASTER, host=c.host, **ports)
+        cores = f"-Dspark.deploy.defaultCores={c.app_cores}"  # a job's tasks side by side
+        _launch(conf, "master", MASTER, host=c.host, jvm=(cores,), **ports)
     for name in [w for w in workers if w not in pids]:
         (d / name).mkdir(exist_ok=True)
         sizes = {"cores": c.worker_cores, "memory": c.worker_memory, "work_dir": d / name}
