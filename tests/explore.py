@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -36,15 +37,25 @@ def explore_the_tables(spark, lake: LakehouseConf, monkeypatch) -> None:
     quarantined = (
         spark.read.format("delta").load(lake.table_path("silver/orders_quarantine")).count()
     )
-    # by name from Spark's own spark-sql shell
-    shell = helpers.run_module(
-        "pipelines.cli",
-        env,
-        "spark-sql",
-        "-S",
-        "-e",
-        "SHOW TABLES IN gold; SELECT count(*) FROM silver.orders_quarantine",
-    )
+    # by name from Spark's own spark-sql shell, run beside the notebook (a JVM each)
+    shell_command = "SHOW TABLES IN gold; SELECT count(*) FROM silver.orders_quarantine"
+    with ThreadPoolExecutor(1) as pool:
+        shell = pool.submit(
+            helpers.run_module, "pipelines.cli", env, "spark-sql", "-S", "-e", shell_command
+        )
+        version = spark.sql(f"DESCRIBE HISTORY delta.`{raw}`").agg({"version": "max"}).first()[0]
+        progress = spark.read.format("delta").load(lake.table_path(lake.progress_table.table))
+        batches = progress.where(
+            (F.col("query_name") == "bronze_orders_raw") & (F.col("input_rows") > 0)
+        )
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("DISPLAY", raising=False)
+        nb = nbformat.read(NOTEBOOKS / "explore_lakehouse.ipynb", as_version=4)
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}
+        ).execute()
+        shell = shell.result()
     assert shell.returncode == 0, shell.stderr[-3000:]
     assert shell.stdout.split() == [
         "late_events",
@@ -53,19 +64,6 @@ def explore_the_tables(spark, lake: LakehouseConf, monkeypatch) -> None:
         "revenue_by_category_1m",
         str(quarantined),
     ], shell.stdout
-
-    version = spark.sql(f"DESCRIBE HISTORY delta.`{raw}`").agg({"version": "max"}).first()[0]
-    progress = spark.read.format("delta").load(lake.table_path(lake.progress_table.table))
-    batches = progress.where(
-        (F.col("query_name") == "bronze_orders_raw") & (F.col("input_rows") > 0)
-    )
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("DISPLAY", raising=False)
-    nb = nbformat.read(NOTEBOOKS / "explore_lakehouse.ipynb", as_version=4)
-    NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}
-    ).execute()
 
     text = _outputs(nb)
     line = f"{'bronze.orders_raw':<30} {bronze_rows:>10,} rows, version {version}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def _runs(events) -> dict[str, tuple[str, ...]]:
 
 
 def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_gives_local_tables(
-    spark, s3_lake, tmp_path, monkeypatch
+    spark, s3_lake, tmp_path, tmp_path_factory, monkeypatch
 ):
     produce(
         s3_lake,
@@ -63,6 +64,19 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     monkeypatch.setenv(
         "JAVA_TOOL_OPTIONS", subprocess_env(conf)["JAVA_TOOL_OPTIONS"]
     )  # the workers too
+    # the same stream through the layers in this process on a local disk, beside the job
+    elsewhere = tmp_path_factory.mktemp("local")
+    local = conf.updated(
+        {"storage.root": str(elsewhere / "lake"), "storage.log_dir": str(elsewhere / "logs")}
+    )
+
+    def run_locally() -> None:
+        seed_dimensions(spark, local)
+        for run_layer in (run_bronze, run_silver, run_gold):
+            run_layer(spark, local, once=True, progress=False)
+
+    pool = ThreadPoolExecutor(1)
+    reference = pool.submit(run_locally)
     status = cluster.start(conf, quiet=True)
     try:
         assert (status.alive_workers, status.cores) == (2, 2)
@@ -97,8 +111,12 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
                 ]
             )
         ]
+        # one core each: the tasks that run at once (gold beside the silver checks, publish
+        # beside the gold checks) each had theirs, none waited for the other to end
+        assert {a["cores"] for a in apps} == {conf.cluster.app_cores} == {1}
     finally:
         cluster.stop(conf, quiet=True)
+        pool.shutdown()  # the local run too, whatever happened to the job
     assert not cluster.status(conf).running
 
     # the runs table, on S3 through delta-rs, from a `lakehouse jobs runs` of its own
@@ -216,11 +234,8 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
     results = spark.read.format("delta").load(conf.table_path("quality/results"))
     assert results.select("suite").distinct().count() == 4
 
-    # the same tables as the layers give in this process on a local disk
-    local = conf.updated({"storage.root": str(tmp_path / "local")})
-    seed_dimensions(spark, local)
-    for run_layer in (run_bronze, run_silver, run_gold):
-        run_layer(spark, local, once=True, progress=False)
+    # the same tables as the layers gave in this process on a local disk
+    reference.result()
     for table in TABLES:
         on_cluster = spark.read.format("delta").load(conf.table_path(table))  # s3a://
         in_local = spark.read.format("delta").load(local.table_path(table))
