@@ -40,7 +40,7 @@ def explore_the_tables(spark, lake: LakehouseConf, monkeypatch) -> None:
     # by name from Spark's own spark-sql shell, run beside the notebook (a JVM each)
     shell_command = "SHOW TABLES IN gold; SELECT count(*) FROM silver.orders_quarantine"
     with ThreadPoolExecutor(1) as pool:
-        shell = pool.submit(
+        running = pool.submit(
             helpers.run_module, "pipelines.cli", env, "spark-sql", "-S", "-e", shell_command
         )
         version = spark.sql(f"DESCRIBE HISTORY delta.`{raw}`").agg({"version": "max"}).first()[0]
@@ -55,7 +55,7 @@ def explore_the_tables(spark, lake: LakehouseConf, monkeypatch) -> None:
         NotebookClient(
             nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": os.getcwd()}}
         ).execute()
-        shell = shell.result()
+        shell = running.result()
     assert shell.returncode == 0, shell.stderr[-3000:]
     assert shell.stdout.split() == [
         "late_events",
