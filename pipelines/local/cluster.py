@@ -73,7 +73,12 @@ def status(conf: LakehouseConf) -> ClusterStatus:
 
 
 def _launch(
-    conf: LakehouseConf, name: str, main_class: str, *args: str, jvm: tuple = (), **options
+    conf: LakehouseConf,
+    name: str,
+    main_class: str,
+    *args: str,
+    jvm: tuple[str, ...] = (),
+    **options,
 ) -> None:
     """Start a deploy class with JVM options `jvm` and `--option value` flags; its pid goes to
     `<name>.pid`."""
