@@ -48,6 +48,17 @@ def _paths(conf: LakehouseConf) -> dict[str, Path]:
     return {"dir": d, "pid": d / "history.pid", "props": d / "history.conf", "out": d / "out.log"}
 
 
+def listed_all(conf: LakehouseConf) -> bool:
+    """Whether the server has scanned the log folder once and parsed every log it found: its
+    page shows "Last updated" after a scan, and counts the logs still being parsed."""
+    try:
+        with urllib.request.urlopen(url(conf), timeout=5) as r:
+            page = r.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return 'id="last-updated"' in page and "additional applications getting listed" not in page
+
+
 def applications(conf: LakehouseConf) -> list[dict] | None:
     """The applications the server lists (REST API), newest first; None if it does not answer."""
     try:
@@ -71,7 +82,7 @@ def status(conf: LakehouseConf) -> HistoryStatus:
 
 
 def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
-    """Start the server unless it runs, and wait until it answers."""
+    """Start the server unless it runs, and wait until it lists every application."""
     say = (lambda *_: None) if quiet else print
     p = _paths(conf)
     p["dir"].mkdir(parents=True, exist_ok=True)
@@ -95,7 +106,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
         what=f"the History Server at {current.url}",
         log=p["out"],
         pid_file=p["pid"],
-        ready=lambda: applications(conf) is not None,
+        ready=lambda: listed_all(conf),  # what it lists then is every application in the folder
         timeout_s=START_TIMEOUT_S,
         error=HistoryServerError,
     )
