@@ -162,9 +162,11 @@ def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
         "LAKEHOUSE__STORAGE__S3__ENDPOINT": (conf.remote and conf.storage.s3.endpoint) or "",
         "LAKEHOUSE__STORAGE__S3__PATH_STYLE_ACCESS": str(conf.storage.s3.path_style_access),
         "LAKEHOUSE__STORAGE__LOG_DIR": conf.storage.log_dir or "",
-        # the jobs a test starts live seconds: C1 only starts them ~25% faster on 2 cores; C1
-        # alone gets a 48 MB code cache, which a job with S3A fills (then HotSpot stops compiling
-        # and fails in method handles): the tiered size
+        # the jobs a test starts run a few batches: C1 alone starts them ~25% faster on 2 cores
+        # and, for a silver job of 4 batches, takes 99 CPU-s where the full tiers take 175 (94 of
+        # them compiling) in the same wall time: the core it frees runs what a test runs beside.
+        # C1 alone gets a 48 MB code cache, which a job with S3A fills (then HotSpot stops
+        # compiling and fails in method handles): the tiered size
         "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
     }
     env.update(extra)

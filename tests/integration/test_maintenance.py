@@ -179,7 +179,6 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
     paths = [lake.table_path(n) for n in names]
     env = subprocess_env(
         lake,
-        JAVA_TOOL_OPTIONS="",
         LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="60",  # small batches: small files
         LAKEHOUSE__PIPELINE__STATE_TRIGGER_INTERVAL="1 second",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -53,34 +54,34 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
     # 5 batches of 300 offsets (aborted records and transaction markers take offsets too): bronze
     # writes 4 files a batch, which silver takes as one batch, whose events append writes one
     # file, which gold takes as one batch
-    env = subprocess_env(
-        lake, JAVA_TOOL_OPTIONS="", LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="300"
-    )
+    env = subprocess_env(lake, LAKEHOUSE__PIPELINE__MAX_OFFSETS_PER_TRIGGER="300")
     job, log = "pipelines.jobs.pipeline_job", tmp_path / "pipeline.log"
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
     events = silver_tables(lake, lake.streams["orders"]).events
-    # the run is killed from the events table's second commit (a batch's first write) to 5 s after
-    killed = helpers.kill_at_random_instants(
-        job, env, log, events, rng, kills=1, batches=(2, 3), jitter_s=5.0
-    )
-    assert killed == 1, (
-        f"the pipeline finished before it could be killed: {log.read_text()[-2000:]}"
-    )
-    pipeline = Pipeline(lake, "orders")
-    checkpoint = pipeline.checkpoint
-    shutil.rmtree(checkpoint)
-    shutil.rmtree(pipeline.state.checkpoint, ignore_errors=True)  # the state query's, if any
-    final = helpers.start_job(job, env, log, "--once")
-    assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
-    assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
 
-    run_bronze(
-        spark, reference.updated({"bronze.max_offsets_per_trigger": 300}), once=True, progress=False
-    )
-    run_silver(
-        spark, reference.updated({"silver.max_files_per_trigger": 4}), once=True, progress=False
-    )
-    run_gold(spark, reference.updated({"gold.max_files_per_trigger": 1}), once=True, progress=False)
+    def run_the_layers() -> None:  # uninterrupted, in this process, beside the pipeline job
+        settings = {"bronze.max_offsets_per_trigger": 300, "silver.max_files_per_trigger": 4}
+        same_batches = reference.updated(settings | {"gold.max_files_per_trigger": 1})
+        for run_layer in (run_bronze, run_silver, run_gold):
+            run_layer(spark, same_batches, once=True, progress=False)
+
+    with ThreadPoolExecutor(1) as pool:
+        layers = pool.submit(run_the_layers)
+        # killed from the events table's second commit (a batch's first write) to 5 s after
+        killed = helpers.kill_at_random_instants(
+            job, env, log, events, rng, kills=1, batches=(2, 3), jitter_s=5.0
+        )
+        assert killed == 1, (
+            f"the pipeline finished before it could be killed: {log.read_text()[-2000:]}"
+        )
+        pipeline = Pipeline(lake, "orders")
+        checkpoint = pipeline.checkpoint
+        shutil.rmtree(checkpoint)
+        shutil.rmtree(pipeline.state.checkpoint, ignore_errors=True)  # the state query's, if any
+        final = helpers.start_job(job, env, log, "--once")
+        assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+        assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
+        layers.result()
     mine = every_table(spark, lake)
     assert mine == every_table(spark, reference)
     assert len(mine["bronze"]) == len(report.delivered)
