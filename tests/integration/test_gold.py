@@ -7,9 +7,11 @@ import os
 import random
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -249,29 +251,33 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     rng = random.Random(int(os.environ.get("LAKEHOUSE_TEST_SEED", "4321")))
     log = tmp_path / "jobs.log"
 
-    def kill_then_lose_checkpoint(job: str, watched: str, checkpoint: str, **env: str) -> None:
+    def kill_then_lose_checkpoint(
+        job: str, watched: str, checkpoint: str, reference_run: Callable[[], object], **env: str
+    ) -> None:
+        """Kill `job`, lose its checkpoint, run it to the end; `reference_run` runs beside it."""
         env = subprocess_env(lake, **env)
-        # the run is killed from its second commit (its first batch: the first may create the
-        # table, and a checkpoint lost before any batch leaves nothing to rebuild) to 5 s after
-        killed = helpers.kill_at_random_instants(
-            job, env, log, watched, rng, kills=1, batches=(2, 3), jitter_s=5.0
-        )
-        assert killed == 1, f"{job} finished before it could be killed"
-        helpers.remove_tree(checkpoint)  # right after the kill: rebuilt from the tables
-        final = helpers.start_job(job, env, log, "--once")
-        assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
-        assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
+        with ThreadPoolExecutor(1) as pool:
+            ran = pool.submit(reference_run)
+            # killed from its second commit (its first batch: the first may create the table,
+            # and a checkpoint lost before any batch leaves nothing to rebuild) to 5 s after
+            killed = helpers.kill_at_random_instants(
+                job, env, log, watched, rng, kills=1, batches=(2, 3), jitter_s=5.0
+            )
+            assert killed == 1, f"{job} finished before it could be killed"
+            helpers.remove_tree(checkpoint)  # right after the kill: rebuilt from the tables
+            final = helpers.start_job(job, env, log, "--once")
+            assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
+            assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
+            ran.result()
 
     # silver: its last write of a batch is to the state table; the reference runs beside it
-    with ThreadPoolExecutor(1) as pool:
-        ran = pool.submit(run_silver, spark, reference, once=True, progress=False)
-        kill_then_lose_checkpoint(
-            "pipelines.jobs.silver_job",
-            silver.state,
-            silver.checkpoint,
-            LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="4",
-        )
-        ran.result()
+    kill_then_lose_checkpoint(
+        "pipelines.jobs.silver_job",
+        silver.state,
+        silver.checkpoint,
+        partial(run_silver, spark, reference, once=True, progress=False),
+        LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="4",
+    )
     for mine, theirs in (
         (silver.events, ref_silver.events),
         (silver.state, ref_silver.state),
@@ -285,16 +291,14 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     helpers.download(silver.events, ref_silver.events)
     for role, path in gold.dimensions.items():
         helpers.download(path, ref_gold.dimensions[role])
-    with ThreadPoolExecutor(1) as pool:
-        same_batches = reference.updated({"gold.max_files_per_trigger": 1})
-        ran = pool.submit(run_gold, spark, same_batches, once=True, progress=False)
-        kill_then_lose_checkpoint(
-            "pipelines.jobs.gold_job",
-            gold.high_water,
-            gold.checkpoint,
-            LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1",
-        )
-        ran.result()
+    same_batches = reference.updated({"gold.max_files_per_trigger": 1})
+    kill_then_lose_checkpoint(
+        "pipelines.jobs.gold_job",
+        gold.high_water,
+        gold.checkpoint,
+        partial(run_gold, spark, same_batches, once=True, progress=False),
+        LAKEHOUSE__GOLD__MAX_FILES_PER_TRIGGER="1",
+    )
     for name, path in gold.aggregates.items():
         assert table(spark, path) == table(spark, ref_gold.aggregates[name]), name
     late = table(spark, gold.late)
