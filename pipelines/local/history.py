@@ -9,6 +9,7 @@ than `event_log.max_age_hours`. pip's pyspark ships no start script: the class r
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from pipelines.spark_conf import LOG4J2, history_server_settings
 
 MAIN = "org.apache.spark.deploy.history.HistoryServer"
 START_TIMEOUT_S = 60
+LISTING_WAIT_S = 60
 
 
 class HistoryServerError(JobFailedError):
@@ -106,12 +108,17 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> HistoryStatus:
         what=f"the History Server at {current.url}",
         log=p["out"],
         pid_file=p["pid"],
-        ready=lambda: listed_all(conf),  # what it lists then is every application in the folder
+        ready=lambda: applications(conf) is not None,
         timeout_s=START_TIMEOUT_S,
         error=HistoryServerError,
     )
+    # then until what it lists is every application in the folder (a folder of many logs may take
+    # longer: the server is up, and says so, while it parses the rest)
+    deadline = time.monotonic() + LISTING_WAIT_S
+    while not (done := listed_all(conf)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     st = status(conf)
-    say(f"history: {st.detail}")
+    say(f"history: {st.detail}" + ("" if done else "; still reading some event logs"))
     return st
 
 
