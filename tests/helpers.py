@@ -9,6 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipelines.config import LakehouseConf
@@ -84,6 +87,16 @@ def start_job(module: str, env: dict[str, str], log: Path, *args: str) -> subpro
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+@contextmanager
+def running_beside(run: Callable[[], object]) -> Iterator[None]:
+    """Run `run` in a thread while the block runs (an uninterrupted reference beside a job under
+    test: the second core works too); its error, if any, is raised once the block ends."""
+    with ThreadPoolExecutor(1) as pool:
+        ran = pool.submit(run)
+        yield
+        ran.result()
 
 
 def kill_at_random_instants(

@@ -7,7 +7,7 @@ import random
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -139,11 +139,11 @@ def test_sigkill_on_s3_amid_kafka_transactions_then_restart_holds_each_committed
     # it (every transaction is resolved now)
     env.pop("LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER")
     uninterrupted = lake.updated({"storage.root": str(tmp_path / "reference")})
-    with ThreadPoolExecutor(1) as pool:
-        ran = pool.submit(run_bronze, spark, uninterrupted, once=True, progress=False)
+    with helpers.running_beside(
+        partial(run_bronze, spark, uninterrupted, once=True, progress=False)
+    ):
         final = helpers.start_job("pipelines.jobs.bronze_job", env, log, "--once")
         assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
-        ran.result()
 
     report = mix.stream_report()
     killed_rows = bronze_rows(spark, lake)

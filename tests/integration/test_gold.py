@@ -8,7 +8,6 @@ import random
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -256,8 +255,7 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     ) -> None:
         """Kill `job`, lose its checkpoint, run it to the end; `reference_run` runs beside it."""
         env = subprocess_env(lake, **env)
-        with ThreadPoolExecutor(1) as pool:
-            ran = pool.submit(reference_run)
+        with helpers.running_beside(reference_run):
             # killed from its second commit (its first batch: the first may create the table,
             # and a checkpoint lost before any batch leaves nothing to rebuild) to 5 s after
             killed = helpers.kill_at_random_instants(
@@ -268,7 +266,6 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
             final = helpers.start_job(job, env, log, "--once")
             assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
             assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
-            ran.result()
 
     # silver: its last write of a batch is to the state table; the reference runs beside it
     kill_then_lose_checkpoint(

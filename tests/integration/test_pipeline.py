@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -65,8 +64,7 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
         for run_layer in (run_bronze, run_silver, run_gold):
             run_layer(spark, same_batches, once=True, progress=False)
 
-    with ThreadPoolExecutor(1) as pool:
-        layers = pool.submit(run_the_layers)
+    with helpers.running_beside(run_the_layers):
         # killed from the events table's second commit (a batch's first write) to 5 s after
         killed = helpers.kill_at_random_instants(
             job, env, log, events, rng, kills=1, batches=(2, 3), jitter_s=5.0
@@ -81,7 +79,6 @@ def test_the_pipeline_sigkilled_at_random_instants_with_a_lost_checkpoint_writes
         final = helpers.start_job(job, env, log, "--once")
         assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
         assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
-        layers.result()
     mine = every_table(spark, lake)
     assert mine == every_table(spark, reference)
     assert len(mine["bronze"]) == len(report.delivered)
