@@ -7,11 +7,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
+from functools import wraps
+from typing import TypeVar
 
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bronze.raw_records import COORDINATES
+
+T = TypeVar("T")
+
+
+def per_jvm(build: Callable[[], T]) -> Callable[[], T]:
+    """`build` (which returns columns) run once per JVM: a column is a JVM object that any frame
+    may use, and a parse of a few hundred columns, each built through py4j, costs seconds per
+    micro-batch in a driver that has just started."""
+    built: dict[int, T] = {}
+
+    @wraps(build)
+    def columns() -> T:
+        jvm = id(SparkContext._gateway)  # the columns live as long as it does
+        if jvm not in built:
+            built.clear()
+            built[jvm] = build()
+        return built[jvm]
+
+    return columns
 
 
 def with_clock_bound(parsed: DataFrame, max_skew_minutes: int) -> DataFrame:

@@ -19,7 +19,7 @@ from pyspark.sql.types import DecimalType
 
 from bronze.ddl import column_names
 from bronze.raw_records import COORDINATES
-from silver.events import flat_object
+from silver.events import flat_object, per_jvm
 
 EVENT_TYPES = ("created", "paid", "shipped", "cancelled")
 CURRENCIES = ("EUR", "USD", "GBP")
@@ -194,25 +194,24 @@ def _checks(
 
 
 def _field_by_field(
-    df: DataFrame, only: Column | None = None
-) -> tuple[DataFrame, dict[str, Column], Column]:
-    """`df` (with the raw `value` and its parsed JSON `_json`) with the field-by-field reads and
-    typed fields of each record (of those where `only` holds, null elsewhere), each in a
-    projection of its own that the next one reads many times, so that Spark computes it once per
-    record; and the typed fields and the reason (why the value is not a valid order event, or
-    null when it is) as columns on it."""
+    only: Column | None = None,
+) -> tuple[list[dict[str, Column]], dict[str, Column], Column]:
+    """The projections that add the field-by-field reads and typed fields of each record (of
+    those where `only` holds, null elsewhere) to a frame with the raw `value` and its parsed JSON
+    `_json`, each a projection of its own that the next one reads many times, so that Spark
+    computes it once per record; and the typed fields and the reason (why the value is not a
+    valid order event, or null when it is) as columns on the result."""
 
-    def stage(df: DataFrame, name: str, columns: dict[str, Column]) -> DataFrame:
+    def stage(name: str, columns: dict[str, Column]) -> dict[str, Column]:
         struct = F.struct(*[c.alias(k) for k, c in columns.items()])
-        return df.withColumn(name, struct if only is None else F.when(only, struct))
+        return {name: struct if only is None else F.when(only, struct)}
 
-    read = stage(df, "_reads", _reads(F.col("_json")))
     r = F.col("_reads").getField
-    typed = stage(read, "_typed", _typed(r))
     t = F.col("_typed").getField
+    stages = [stage("_reads", _reads(F.col("_json"))), stage("_typed", _typed(r))]
     checks = _checks(F.col("value"), F.col("_json"), r, t)
     reason = F.coalesce(*[F.when(c, message) for c, message in checks])
-    return typed, {n: t(n) for n in REQUIRED_FIELDS}, reason
+    return stages, {n: t(n) for n in REQUIRED_FIELDS}, reason
 
 
 # The common case, converted at once: a JSON object with each required field once, of its JSON
@@ -264,18 +263,26 @@ def plain_fields(value: Column, shape: Column) -> tuple[dict[str, Column], Colum
 
 def parse_events(raw: DataFrame) -> DataFrame:
     """Bronze rows with the event's typed fields and `reason` (null when the record is valid)."""
-    # Each step is its own projection, which Spark keeps apart because the next one reads its
-    # columns many times: inlined, the shape was computed once per field (5 times slower).
-    texts = raw.withColumn("_texts", flat_texts(F.col("value")))
-    shaped = texts.withColumn("_shape", plain_shape(F.col("_texts")))
+    return _applied(raw, *_parse())
+
+
+@per_jvm
+def _parse() -> tuple[list[dict[str, Column]], list[Column]]:
+    """The projections of `parse_events`, in order, and its rows' columns. Each step is its own
+    projection, which Spark keeps apart because the next one reads its columns many times:
+    inlined, the shape was computed once per field (5 times slower)."""
     plain, is_plain = plain_fields(F.col("value"), F.col("_shape"))
-    checked = shaped.withColumns({"_plain": is_plain} | {f"_p_{n}": c for n, c in plain.items()})
-    # the JSON is parsed into a variant, which the checks read, for the records off the common
-    # path only, once: alone, the reason expression parsed it again per check
-    with_json = checked.withColumn("_json", F.when(~F.col("_plain"), _variant(F.col("value"))))
-    df, slow, reason = _field_by_field(with_json, only=~F.col("_plain"))
+    stages = [
+        {"_texts": flat_texts(F.col("value"))},
+        {"_shape": plain_shape(F.col("_texts"))},
+        {"_plain": is_plain} | {f"_p_{n}": c for n, c in plain.items()},
+        # the JSON is parsed into a variant, which the checks read, for the records off the
+        # common path only, once: alone, the reason expression parsed it again per check
+        {"_json": F.when(~F.col("_plain"), _variant(F.col("value")))},
+    ]
+    checks, slow, reason = _field_by_field(only=~F.col("_plain"))
     typed = {n: F.when(F.col("_plain"), F.col(f"_p_{n}")).otherwise(c) for n, c in slow.items()}
-    return _event_rows(df, typed, F.when(~F.col("_plain"), reason))
+    return stages + checks, _row_columns(typed, F.when(~F.col("_plain"), reason))
 
 
 def _variant(value: Column) -> Column:
@@ -285,18 +292,26 @@ def _variant(value: Column) -> Column:
 def parse_events_checked(raw: DataFrame) -> DataFrame:
     """`parse_events` through the field-by-field checks only, for every record: the reference
     the fast common case is tested against."""
-    return _event_rows(*_field_by_field(raw.withColumn("_json", _variant(F.col("value")))))
+    return _applied(raw, *_parse_checked())
 
 
-def _event_rows(df: DataFrame, typed: dict[str, Column], reason: Column) -> DataFrame:
-    """The parsed rows: the record's coordinates, key and value, its typed fields, its event date
-    and `reason`."""
-    return df.select(
-        *COORDINATES,
-        "kafka_timestamp",
-        "key",
-        "value",
+@per_jvm
+def _parse_checked() -> tuple[list[dict[str, Column]], list[Column]]:
+    checks, typed, reason = _field_by_field()
+    return [{"_json": _variant(F.col("value"))}, *checks], _row_columns(typed, reason)
+
+
+def _applied(raw: DataFrame, stages: list[dict[str, Column]], rows: list[Column]) -> DataFrame:
+    """`raw` through each projection of `stages` in turn, then `rows`."""
+    return reduce(DataFrame.withColumns, stages, raw).select(*rows)
+
+
+def _row_columns(typed: dict[str, Column], reason: Column) -> list[Column]:
+    """The parsed rows' columns: the record's coordinates, key and value, its typed fields, its
+    event date and `reason`."""
+    return [
+        *[F.col(c) for c in (*COORDINATES, "kafka_timestamp", "key", "value")],
         *[column.alias(name) for name, column in typed.items()],
         F.date_format(typed["event_time"], "yyyy-MM-dd").alias("event_date"),
         reason.alias("reason"),
-    )
+    ]
