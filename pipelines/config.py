@@ -276,13 +276,15 @@ class BronzeConf(_Section):
 
 
 class SilverConf(_Section):
-    """Silver job: trigger, how much of bronze one micro-batch takes, and the clock bound."""
+    """Silver job: triggers, how much of bronze one micro-batch takes, and the clock bound."""
 
     trigger_interval: Duration = "10 seconds"
     max_files_per_trigger: Count | None = 50
     # an event_time more than this ahead of its record's Kafka timestamp is invalid (quarantined):
     # one producer with a broken clock must not make every later event late in gold
     max_clock_skew_minutes: Annotated[int, Field(ge=0)] = 5
+    # the state table (a MERGE) follows the events table in a query of its own, this often
+    state_trigger_interval: Duration = "30 seconds"
 
 
 class PipelineConf(_Section):

@@ -70,14 +70,8 @@ class Pipeline(IdempotentSink):
         silver_tables = silver.silver_tables(conf, stream)
         self.silver = silver.UpsertSilver(replace(silver_tables, checkpoint=ck))
         # the state table follows the events table in a query of its own (`start_state`)
-        self.state = (
-            silver.UpsertState(
-                replace(
-                    silver_tables, checkpoint=conf.checkpoint_path(f"pipeline/{stream_name}-state")
-                )
-            )
-            if silver_tables.state
-            else None
+        self.state = silver.state_sink(
+            silver_tables, conf.checkpoint_path(f"pipeline/{stream_name}-state")
         )
         self.gold = (
             gold.UpsertGold(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
@@ -168,37 +162,23 @@ def run_pipeline(
     the state table then holds every event the run stored)."""
     sink = Pipeline(conf, stream_name)
     stream = conf.stream(stream_name)
-    state, companion = sink.state, None
-    if state is not None:
-        what = f"silver state from {state.tables.events} into {state.tables.state}"
-        start_state = partial(
-            silver.start_state,
-            spark,
-            conf,
-            state,
-            trigger_interval=conf.pipeline.state_trigger_interval,
-        )
-        if not once:
-            companion = (partial(start_state, once=False), state, what, "pipeline state")
-    query = run_query(
+    return silver.run_with_state(
         spark,
         conf,
-        lambda: start_pipeline(spark, conf, stream_name, sink, once=once),
-        sink,
-        name="pipeline",
-        what=f"pipeline of topic {stream.topic!r} from {conf.kafka.bootstrap_servers}",
-        progress=progress,
-        explain=lambda e: kafka_failure(e, conf, f"pipeline of topic {stream.topic!r}"),
-        companion=companion,
-    )
-    if once and state is not None:
-        run_query(
+        sink.state,
+        lambda companion: run_query(
             spark,
             conf,
-            partial(start_state, once=True),
-            state,
-            name="pipeline state",
-            what=what,
+            lambda: start_pipeline(spark, conf, stream_name, sink, once=once),
+            sink,
+            name="pipeline",
+            what=f"pipeline of topic {stream.topic!r} from {conf.kafka.bootstrap_servers}",
             progress=progress,
-        )
-    return query
+            explain=lambda e: kafka_failure(e, conf, f"pipeline of topic {stream.topic!r}"),
+            companion=companion,
+        ),
+        name="pipeline",
+        trigger_interval=conf.pipeline.state_trigger_interval,
+        once=once,
+        progress=progress,
+    )

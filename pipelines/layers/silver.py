@@ -4,9 +4,8 @@ Generic over streams: the stream's events module parses and validates (`parse_ev
 its state module says what the current state is (`current_state`, `is_newer`, `KEY`); whatever
 the stream, an event more than `silver.max_clock_skew_minutes` ahead of its record's Kafka
 timestamp is invalid (`with_clock_bound`). Each micro-batch is parsed once, then written up to
-three times, each write made once per batch by the shared sink (Delta's transaction ids on the
-MERGEs, the batch its commit records for the append), so a replayed batch changes nothing, not
-even a table version:
+twice, each write made once per batch by the shared sink (the batch its commit records), so a
+replayed batch changes nothing, not even a table version:
 - invalid records are appended to the quarantine table with their reason, and so are those
   whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
   added at any time: both read from the table's metadata each batch);
@@ -16,15 +15,18 @@ even a table version:
   state to grow. The check is read before the batch's writes and the append is the batch's only
   write to the table, so a re-run finds the same events until the append commits; the pipeline
   job hands them to gold first, which it writes before this append. A table has one writer (the
-  job holding its checkpoint's lease): nothing else inserts keys between the check and the append;
-- the newest version per state key in the batch is MERGEd into the state table, replacing a row
-  only with a newer version (for orders: higher seq; ties: later event_time, then greater event_id).
+  job holding its checkpoint's lease): nothing else inserts keys between the check and the append.
+The state table (a MERGE, the costliest write) follows the events table in a query of its own
+(`UpsertState`, `run_with_state`), as in the pipeline job: the newest version per state key of the
+events table's new rows replaces a row only with a newer version (for orders: higher seq; ties:
+later event_time, then greater event_id), every `silver.state_trigger_interval`.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 
 from delta.tables import DeltaTable
@@ -64,6 +66,7 @@ class SilverTables:
     state: str | None
     quarantine: str
     checkpoint: str
+    state_checkpoint: str | None  # of the state query (`UpsertState`)
     names: tuple[str, str | None, str]  # events, state, quarantine as configured
     stream: StreamConf
     max_clock_skew_minutes: int  # an event_time further ahead of its Kafka timestamp is invalid
@@ -82,6 +85,7 @@ def silver_tables(conf: LakehouseConf, stream: StreamConf) -> SilverTables:
         state=conf.table_path(state) if state else None,
         quarantine=conf.table_path(quarantine),
         checkpoint=conf.checkpoint_path(events),
+        state_checkpoint=conf.checkpoint_path(state) if state else None,
         names=(events, state, quarantine),
         stream=stream,
         max_clock_skew_minutes=conf.silver.max_clock_skew_minutes,
@@ -107,7 +111,7 @@ class ParsedBatch:
     """A micro-batch parsed once for every silver write: its rows, cached, and its key ranges."""
 
     parsed: DataFrame
-    keys: Row  # valid_records, invalid_records, partitions, min/max key, min/max state key
+    keys: Row  # valid_records, invalid_records, partitions, min/max key
     events: DataFrame  # the valid events, deduplicated on their key
 
 
@@ -129,7 +133,6 @@ class UpsertSilver(IdempotentSink):
         parsed = self.parse(batch)
         self.write_quarantine(parsed, batch_id)
         self.write_events(self.new_events(parsed, cache=False), batch_id)
-        self.write_state(parsed, batch_id)
 
     def parse(self, batch: DataFrame) -> ParsedBatch:
         """The batch parsed and checked (cached until the batch ends), and its keys' ranges."""
@@ -140,9 +143,7 @@ class UpsertSilver(IdempotentSink):
                 .transform(self.refusing)
             )
             parsed = self.cache(parsed)
-            keys = batch_keys(
-                parsed, self.events.KEY, self.partition, self.state and self.state.KEY
-            )
+            keys = batch_keys(parsed, self.events.KEY, self.partition, None)
             events = dedupe_events(parsed, self.events.KEY, self.event_columns)
             return ParsedBatch(parsed, keys.first(), events)
 
@@ -177,18 +178,11 @@ class UpsertSilver(IdempotentSink):
         if new is not None:
             self.append(new, self.tables.names[0], self.tables.events, batch_id)
 
-    def write_state(self, batch: ParsedBatch, batch_id: int) -> None:
-        """MERGE the newest version per state key in the batch into the state table."""
-        keys = batch.keys
-        if self.state is None or not keys["valid_records"]:
-            return
-        self.merge_state(batch.events, keys["min_state_key"], keys["max_state_key"], batch_id)
-
-    def merge_state(self, events: DataFrame, low, high, batch_id: int) -> None:
-        """MERGE the newest version per state key of `events` (state keys from `low` to `high`)
-        into the state table, replacing a row only with a newer version."""
+    def merge_state(self, events: DataFrame, batch_id: int) -> None:
+        """MERGE the newest version per state key of `events` into the state table, replacing a
+        row only with a newer version."""
         current = self.state.current_state(events)
-        bounds = key_condition(self.state.KEY, low, high)
+        bounds = key_condition(self.state.KEY)
         self.transaction(
             self.tables.names[1],
             batch_id,
@@ -222,15 +216,21 @@ class UpsertSilver(IdempotentSink):
 
 class UpsertState(UpsertSilver):
     """foreachBatch sink of the events table's new rows: their newest version per state key
-    MERGEd into the state table. The pipeline job runs it as a query of its own beside the one
-    that carries Kafka records to gold, so that a micro-batch's path to gold does not wait for
-    the state MERGE: the state table follows the events table a trigger behind, and knows what
-    it consumed of it (its commits record the events table's offsets, as every layer's do)."""
+    MERGEd into the state table. The silver and pipeline jobs run it as a query of its own beside
+    the one that writes the events, so that a micro-batch does not wait for the state MERGE: the
+    state table follows the events table a trigger behind, and knows what it consumed of it (its
+    commits record the events table's offsets, as every layer's do)."""
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         # unbounded: a key range would read the batch twice (and count its rows twice in the
         # query's progress), and the state table's files span every key family anyway
-        self.merge_state(batch, None, None, batch_id)
+        self.merge_state(batch, batch_id)
+
+
+def state_sink(tables: SilverTables, checkpoint: str) -> UpsertState | None:
+    """The state query's sink for a stream's silver tables (None: no state table), under its own
+    checkpoint."""
+    return UpsertState(replace(tables, checkpoint=checkpoint)) if tables.state else None
 
 
 def start_state(
@@ -253,6 +253,38 @@ def start_state(
         once=once,
         written=[tables.state],
     )
+
+
+def run_with_state(
+    spark: SparkSession,
+    conf: LakehouseConf,
+    state: UpsertState | None,
+    run: Callable[[tuple | None], StreamingQuery],
+    *,
+    name: str,
+    trigger_interval: str,
+    once: bool,
+    progress: bool,
+) -> StreamingQuery:
+    """Run a query that writes the events table (`run`, given the state query as its
+    `run_query` companion, or None) with the state query (`state`) beside it, or after it with
+    `once`: the state table then holds every event the run stored. Returns the first query."""
+    if state is None:
+        return run(None)
+    what = f"silver state from {state.tables.events} into {state.tables.state}"
+    start = partial(start_state, spark, conf, state, trigger_interval=trigger_interval)
+    query = run(None if once else (partial(start, once=False), state, what, f"{name} state"))
+    if once:
+        run_query(
+            spark,
+            conf,
+            partial(start, once=True),
+            state,
+            name=f"{name} state",
+            what=what,
+            progress=progress,
+        )
+    return query
 
 
 def _tried(spark: SparkSession, expression: str) -> Column:
@@ -299,7 +331,7 @@ def start_silver(
         checkpoint=tables.checkpoint,
         layer=conf.silver,
         once=once,
-        written=[tables.events, tables.quarantine, *([tables.state] if tables.state else [])],
+        written=[tables.events, tables.quarantine],
     )
 
 
@@ -311,15 +343,27 @@ def run_silver(
     once: bool = False,
     progress: bool = True,
 ) -> StreamingQuery:
-    """Run silver until done (`once`) or until SIGINT/SIGTERM."""
+    """Run silver until done (`once`) or until SIGINT/SIGTERM, with its state query beside it
+    (after it with `once`)."""
     tables = silver_tables(conf, conf.stream(stream_name))
     sink = UpsertSilver(tables)
-    return run_query(
+    state = state_sink(tables, tables.state_checkpoint or "")
+    return run_with_state(
         spark,
         conf,
-        lambda: start_silver(spark, conf, stream_name, sink, once=once),
-        sink,
+        state,
+        lambda companion: run_query(
+            spark,
+            conf,
+            lambda: start_silver(spark, conf, stream_name, sink, once=once),
+            sink,
+            name="silver",
+            what=f"silver from {tables.bronze} into {', '.join(n for n in tables.names if n)}",
+            progress=progress,
+            companion=companion,
+        ),
         name="silver",
-        what=f"silver from {tables.bronze} into {', '.join(n for n in tables.names if n)}",
+        trigger_interval=conf.silver.state_trigger_interval,
+        once=once,
         progress=progress,
     )

@@ -164,18 +164,18 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
         "bronze-orders": (
             [kafka],
             [table("bronze/orders_raw"), table("bronze/orders_raw_gaps")],
-            "bronze/orders_raw",
+            ("bronze/orders_raw",),
         ),
         "silver-orders": (
             [table("bronze/orders_raw")],
             [table("silver/order_events"), table("silver/orders"), table("silver/orders_quarantine")],
-            "silver/order_events",
+            ("silver/order_events", "silver/orders"),  # its query, and its state query's
         ),
         "gold-orders": (
             [table(t) for t in ("silver/order_events", "dimensions/products", "dimensions/customers")],
             [table(t) for t in ("gold/revenue_by_category_1m", "gold/orders_by_country_5m",
                                 "gold/late_events", "gold/late_events_high_water")],
-            "gold/orders",
+            ("gold/orders",),
         ),
     }  # fmt: skip
     jobs = [*expected, "publish-orders"]
@@ -198,7 +198,7 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
                 (kafka[0], t) for t in out
             ]
     assert_published_exactly(spark, conf)
-    for job, (reads, writes, checkpoint) in expected.items():
+    for job, (reads, writes, checkpoints) in expected.items():
         [(run_id, states)] = _runs(e for e in events if e["job"]["name"] == job).items()
         assert states == ("START", "COMPLETE"), job
         batches = [e for e in events if e["job"]["name"] == f"{job}.micro_batch"]
@@ -206,14 +206,19 @@ def test_the_batch_job_on_a_cluster_with_the_root_on_s3_keeps_all_there_and_give
             assert [(d["namespace"], d["name"]) for d in e["inputs"]] == reads, job
             assert [(d["namespace"], d["name"]) for d in e["outputs"]] == writes, job
         assert {e["run"]["facets"]["parent"]["run"]["runId"] for e in batches} == {run_id}
-        # one run per micro-batch the query committed (its checkpoint's commits), in order
-        commits = sorted(
-            int(f.name)
-            for f in (stored / "_checkpoints" / checkpoint / "commits").iterdir()
-            if f.name.isdigit()
-        )
-        ids = [e["run"]["facets"]["lakehouse_microBatch"]["batchId"] for e in batches]
-        assert ids == [i for i in commits for _ in ("START", "COMPLETE")], (job, ids)
+        # one run per micro-batch each query committed (its checkpoint's commits), in order
+        expected_ids, found_ids = {}, {}
+        for checkpoint in checkpoints:
+            folder = stored / "_checkpoints" / checkpoint
+            query = json.loads((folder / "metadata").read_text())["id"]
+            commits = sorted(
+                int(f.name) for f in (folder / "commits").iterdir() if f.name.isdigit()
+            )
+            expected_ids[query] = [i for i in commits for _ in ("START", "COMPLETE")]
+        for e in batches:
+            facet = e["run"]["facets"]["lakehouse_microBatch"]
+            found_ids.setdefault(facet["queryId"], []).append(facet["batchId"])
+        assert found_ids == expected_ids, job
         assert set(_runs(batches).values()) == {("START", "COMPLETE")}
     # as a user explores the tables on the endpoint: by name from Spark's own spark-sql shell, and
     # the explore notebook, headless

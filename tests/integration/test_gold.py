@@ -251,9 +251,15 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     log = tmp_path / "jobs.log"
 
     def kill_then_lose_checkpoint(
-        job: str, watched: str, checkpoint: str, reference_run: Callable[[], object], **env: str
+        job: str,
+        watched: str,
+        checkpoint: str,
+        reference_run: Callable[[], object],
+        *others: str,
+        **env: str,
     ) -> None:
-        """Kill `job`, lose its checkpoint, run it to the end; `reference_run` runs beside it."""
+        """Kill `job`, lose its checkpoint (and `others`), run it to the end; `reference_run`
+        runs beside it."""
         env = subprocess_env(lake, **env)
         with helpers.running_beside(reference_run):
             # killed from its second commit (its first batch: the first may create the table,
@@ -262,17 +268,20 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
                 job, env, log, watched, rng, kills=1, batches=(2, 3), jitter_s=5.0
             )
             assert killed == 1, f"{job} finished before it could be killed"
-            helpers.remove_tree(checkpoint)  # right after the kill: rebuilt from the tables
+            for lost in (checkpoint, *others):  # right after the kill: rebuilt from the tables
+                helpers.remove_tree(lost)
             final = helpers.start_job(job, env, log, "--once")
             assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
             assert f"checkpoint {checkpoint} was lost; rebuilt from the tables" in log.read_text()
 
-    # silver: its last write of a batch is to the state table; the reference runs beside it
+    # silver: its last write of a batch is to the events table (its state query's, if it ran,
+    # to the state table: both checkpoints are lost); the reference runs beside it
     kill_then_lose_checkpoint(
         "pipelines.jobs.silver_job",
-        silver.state,
+        silver.events,
         silver.checkpoint,
         partial(run_silver, spark, reference, once=True, progress=False),
+        silver.state_checkpoint,
         LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="4",
     )
     for mine, theirs in (

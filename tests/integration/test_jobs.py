@@ -311,7 +311,8 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
     # nothing half-written: no table holds a write of a batch its checkpoint did not commit
     layers = {
         bronze.checkpoint: [bronze.raw],
-        silver.checkpoint: [silver.events, silver.state, silver.quarantine],
+        silver.checkpoint: [silver.events, silver.quarantine],
+        silver.state_checkpoint: [silver.state],
         gold.checkpoint: [
             gold.aggregates["gold/revenue_by_category_1m"],
             gold.aggregates["gold/orders_by_country_5m"],
