@@ -108,13 +108,10 @@ def refused_reason(
     return F.coalesce(*refusals, F.lit(None).cast("string"))
 
 
-def batch_keys(
-    parsed: DataFrame, key: str, partition: str | None, state_key: str | None
-) -> DataFrame:
+def batch_keys(parsed: DataFrame, key: str, partition: str | None) -> DataFrame:
     """One row about a parsed batch: how many records are invalid, and the partitions and key
-    ranges of its valid events, to prune the MERGEs' targets."""
+    range of its valid events, to prune the dedupe check's read of the events table."""
     valid = F.col("reason").isNull()
-    state = F.col(state_key) if state_key else F.lit(None)
     return parsed.agg(
         F.count_if(~valid).alias("invalid_records"),
         F.count_if(valid).alias("valid_records"),
@@ -123,8 +120,6 @@ def batch_keys(
         ),
         F.min(F.when(valid, F.col(key))).alias("min_key"),
         F.max(F.when(valid, F.col(key))).alias("max_key"),
-        F.min(F.when(valid, state)).alias("min_state_key"),
-        F.max(F.when(valid, state)).alias("max_state_key"),
     )
 
 

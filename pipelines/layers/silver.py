@@ -143,7 +143,7 @@ class UpsertSilver(IdempotentSink):
                 .transform(self.refusing)
             )
             parsed = self.cache(parsed)
-            keys = batch_keys(parsed, self.events.KEY, self.partition, None)
+            keys = batch_keys(parsed, self.events.KEY, self.partition)
             events = dedupe_events(parsed, self.events.KEY, self.event_columns)
             return ParsedBatch(parsed, keys.first(), events)
 

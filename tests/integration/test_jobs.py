@@ -352,19 +352,25 @@ def test_a_killed_runner_takes_its_tasks_with_it_and_the_next_stops_gracefully_o
     assert (
         events.where("task = 'bronze' AND input_rows > 0").agg(F.max("kafka_lag")).first()[0] == 0
     )
+    # each query's: the silver task runs two, its own and its state query (task and query id)
+    queries = set()
     for task, checkpoint in (
         ("bronze", bronze.checkpoint),
         ("silver", silver.checkpoint),
+        ("silver", silver.state_checkpoint),
         ("gold", gold.checkpoint),
     ):
+        query = json.loads(Path(checkpoint, "metadata").read_text())["id"]
+        queries.add((task, query))
         with_rows = {
             r[0]
-            for r in events.where(f"task = '{task}' AND input_rows > 0")
+            for r in events.where(f"task = '{task}' AND query_id = '{query}' AND input_rows > 0")
             .select("batch_id")
             .collect()
         }
         committed = {int(p.name) for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()}
         assert with_rows and with_rows <= committed, (task, with_rows, committed)
+    assert {tuple(r) for r in events.select("task", "query_id").distinct().collect()} == queries
 
     # the publish task, killed with its runner, then stopped by SIGTERM: once caught up, every
     # gold change is in its topic once
