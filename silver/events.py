@@ -1,5 +1,5 @@
 """What silver does with any stream's parsed events: the clock bound on their event time, dedupe
-on the natural key, and the keys of a batch that bound its MERGEs. A stream's events module
+on the natural key, and the keys of a batch that prune its dedupe check. A stream's events module
 supplies `parse_events`, `KEY` and its declaration; its state module `current_state`, `is_newer`
 and `KEY` (see ARCHITECTURE.md)."""
 
@@ -23,15 +23,14 @@ def per_jvm(build: Callable[[], T]) -> Callable[[], T]:
     """`build` (which returns columns) run once per JVM: a column is a JVM object that any frame
     may use, and a parse of a few hundred columns, each built through py4j, costs seconds per
     micro-batch in a driver that has just started."""
-    built: dict[int, T] = {}
+    built: list[tuple[object, T]] = []  # (the gateway the columns live in, the columns)
 
     @wraps(build)
     def columns() -> T:
-        jvm = id(SparkContext._gateway)  # the columns live as long as it does
-        if jvm not in built:
-            built.clear()
-            built[jvm] = build()
-        return built[jvm]
+        gateway = SparkContext._gateway
+        if not built or built[0][0] is not gateway:
+            built[:] = [(gateway, build())]
+        return built[0][1]
 
     return columns
 
@@ -123,7 +122,7 @@ def batch_keys(parsed: DataFrame, key: str, partition: str | None) -> DataFrame:
     )
 
 
-LONGEST_BOUND = 100  # characters of a string key a MERGE's range keeps (Delta's statistics: 32)
+LONGEST_BOUND = 100  # characters of a string key a key range keeps (Delta's statistics: 32)
 
 
 def key_range(column: Column, lo=None, hi=None) -> Column | None:
@@ -144,7 +143,7 @@ def key_range(column: Column, lo=None, hi=None) -> Column | None:
 
 
 def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
-    """MERGE condition on the natural key, bounded by the batch's key range (`key_range`)."""
+    """MERGE condition on the natural key, bounded by a key range (`key_range`) if given."""
     t = F.col(f"{target}.{key}")
     condition = t == F.col(f"{source}.{key}")
     bounded = key_range(t, lo, hi)

@@ -15,7 +15,8 @@ side (`IdempotentSink.in_parallel`), each MERGE in a session of its own. Per mic
    quarantine (the batch's invalid records).
 The state table (a MERGE of each order's newest version, the batch's costliest write) is not on
 that path: a second query of the same application MERGEs the events table's new rows into it
-every `pipeline.state_trigger_interval` (`silver.UpsertState`), with its own checkpoint and its
+every `pipeline.state_trigger_interval` (`silver.UpsertState`), with its own checkpoint (the
+silver job's state query's: one position whichever job runs the root) and its
 commits recording what of the events table it consumed, so the state table trails the events
 table by up to that interval. A run with `--once` runs it to the end after the pipeline query.
 The new events are found before any of the batch's writes and the events table changes only by
@@ -70,9 +71,7 @@ class Pipeline(IdempotentSink):
         silver_tables = silver.silver_tables(conf, stream)
         self.silver = silver.UpsertSilver(replace(silver_tables, checkpoint=ck))
         # the state table follows the events table in a query of its own (`start_state`)
-        self.state = silver.state_sink(
-            silver_tables, conf.checkpoint_path(f"pipeline/{stream_name}-state")
-        )
+        self.state = silver.state_sink(silver_tables)
         self.gold = (
             gold.UpsertGold(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
             if stream.gold_tables

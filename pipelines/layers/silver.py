@@ -8,7 +8,8 @@ twice, each write made once per batch by the shared sink (the batch its commit r
 replayed batch changes nothing, not even a table version:
 - invalid records are appended to the quarantine table with their reason, and so are those
   whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
-  added at any time: both read from the table's metadata each batch);
+  added at any time: both read from the table's metadata each batch; a constraint added to the
+  state table after an event was stored stops the state query on it, naming the batch);
 - valid events, deduplicated within the batch, that the events table does not hold yet (an
   anti-join on their key, pruned to the event's partition and the batch's key range) are
   appended to it: an event is stored once however late its re-delivery comes, with no streaming
@@ -39,7 +40,7 @@ import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, SilverConf, StreamConf
 from pipelines.streaming.delta import read_pinned, start_delta_to_batches
-from pipelines.streaming.query import run_query
+from pipelines.streaming.query import run_query, stop_was_requested
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.tables import (
     Table,
@@ -182,14 +183,14 @@ class UpsertSilver(IdempotentSink):
         """MERGE the newest version per state key of `events` into the state table, replacing a
         row only with a newer version."""
         current = self.state.current_state(events)
-        bounds = key_condition(self.state.KEY)
+        on_key = key_condition(self.state.KEY)
         self.transaction(
             self.tables.names[1],
             batch_id,
             lambda session: (
                 DeltaTable.forPath(session, self.tables.state)
                 .alias("t")
-                .merge(current.alias("s"), bounds)
+                .merge(current.alias("s"), on_key)
                 .whenMatchedUpdateAll(condition=self.state.is_newer("t", "s"))
                 .whenNotMatchedInsertAll()
                 .execute()
@@ -227,10 +228,13 @@ class UpsertState(UpsertSilver):
         self.merge_state(batch, batch_id)
 
 
-def state_sink(tables: SilverTables, checkpoint: str) -> UpsertState | None:
+def state_sink(tables: SilverTables) -> UpsertState | None:
     """The state query's sink for a stream's silver tables (None: no state table), under its own
-    checkpoint."""
-    return UpsertState(replace(tables, checkpoint=checkpoint)) if tables.state else None
+    checkpoint: one for the silver and the pipeline jobs, whichever runs the root, so that the
+    query never has two positions (and its lease keeps two jobs from running it at once)."""
+    return (
+        UpsertState(replace(tables, checkpoint=tables.state_checkpoint)) if tables.state else None
+    )
 
 
 def start_state(
@@ -274,7 +278,7 @@ def run_with_state(
     what = f"silver state from {state.tables.events} into {state.tables.state}"
     start = partial(start_state, spark, conf, state, trigger_interval=trigger_interval)
     query = run(None if once else (partial(start, once=False), state, what, f"{name} state"))
-    if once:
+    if once and not stop_was_requested():  # a stopped job leaves the state for its next run
         run_query(
             spark,
             conf,
@@ -347,7 +351,7 @@ def run_silver(
     (after it with `once`)."""
     tables = silver_tables(conf, conf.stream(stream_name))
     sink = UpsertSilver(tables)
-    state = state_sink(tables, tables.state_checkpoint or "")
+    state = state_sink(tables)
     return run_with_state(
         spark,
         conf,
@@ -358,7 +362,7 @@ def run_silver(
             lambda: start_silver(spark, conf, stream_name, sink, once=once),
             sink,
             name="silver",
-            what=f"silver from {tables.bronze} into {', '.join(n for n in tables.names if n)}",
+            what=f"silver from {tables.bronze} into {tables.names[0]}, {tables.names[2]}",
             progress=progress,
             companion=companion,
         ),

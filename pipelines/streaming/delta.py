@@ -178,8 +178,8 @@ def recover_checkpoint(
 
     Only a batch that read this query's source counts (`reads`: whether a source's offsets, as
     the checkpoint writes them, are of it): a table written by queries of other sources (the
-    state table by the silver job, then by the pipeline's state query) records their offsets
-    too, which would start this query at another source's position."""
+    state table by an earlier version's silver query, then by the state query) records their
+    offsets too, which would start this query at another source's position."""
     files = Files(spark)
     if checkpoints.query_id(files, checkpoint) is not None:
         return

@@ -21,6 +21,12 @@ from pipelines.streaming.progress_table import ProgressTable
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
 log = logs.get("query")
+_STOP_REQUESTED = threading.Event()  # by a signal, in the last `run_query` of this process
+
+
+def stop_was_requested() -> bool:
+    """Whether a signal stopped the last query `run_query` ran: a job with more to run stops too."""
+    return _STOP_REQUESTED.is_set()
 
 
 def jvm_ignores_sigterm() -> Callable[[], None]:
@@ -82,6 +88,9 @@ def run_query(
         )
         STOPPING.set()
         stop_requested.set()
+        _STOP_REQUESTED.set()
+
+    _STOP_REQUESTED.clear()
 
     lease = CheckpointLease(spark, sink.checkpoint, f"the {name} job").__enter__()
     leases = [lease]
@@ -126,7 +135,9 @@ def run_query(
                 except CheckpointInUseError:  # another job took the checkpoint over: leave it
                     query.stop()
                     raise
-                if side is not None and not side.isActive:
+                # a side query that refused a batch after a stop request ended cleanly
+                stopped = side is not None and isinstance(side_sink.failure, StopRequested)
+                if side is not None and not side.isActive and not stopped:
                     _stop_between_batches(query)
                     _raise_failure(side, side_sink, side_what)
             if stop_requested.is_set():
