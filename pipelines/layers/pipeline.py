@@ -29,7 +29,8 @@ same batch again, skipping the writes that committed. A record that silver canno
 quarantined, not failed: only a failure of the storage or the job stops ingestion.
 
 The per-layer jobs stay for spark-submit and for streams that want them apart; one storage root
-is run either by the pipeline or by the three jobs (their checkpoints differ).
+is run either by the pipeline or by the three jobs (their checkpoints differ, but for the state
+query's, which both run).
 """
 
 from __future__ import annotations
