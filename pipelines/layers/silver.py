@@ -179,24 +179,6 @@ class UpsertSilver(IdempotentSink):
         if new is not None:
             self.append(new, self.tables.names[0], self.tables.events, batch_id)
 
-    def merge_state(self, events: DataFrame, batch_id: int) -> None:
-        """MERGE the newest version per state key of `events` into the state table, replacing a
-        row only with a newer version."""
-        current = self.state.current_state(events)
-        on_key = key_condition(self.state.KEY)
-        self.transaction(
-            self.tables.names[1],
-            batch_id,
-            lambda session: (
-                DeltaTable.forPath(session, self.tables.state)
-                .alias("t")
-                .merge(current.alias("s"), on_key)
-                .whenMatchedUpdateAll(condition=self.state.is_newer("t", "s"))
-                .whenNotMatchedInsertAll()
-                .execute()
-            ),
-        )
-
     def refusing(self, parsed: DataFrame) -> DataFrame:
         """`parsed` with a reason on each valid record whose row the events or the state table
         would refuse by the constraints it has now (an operator may add one at any time): the
@@ -226,6 +208,24 @@ class UpsertState(UpsertSilver):
         # unbounded: a key range would read the batch twice (and count its rows twice in the
         # query's progress), and the state table's files span every key family anyway
         self.merge_state(batch, batch_id)
+
+    def merge_state(self, events: DataFrame, batch_id: int) -> None:
+        """MERGE the newest version per state key of `events` into the state table, replacing a
+        row only with a newer version."""
+        current = self.state.current_state(events)
+        on_key = key_condition(self.state.KEY)
+        self.transaction(
+            self.tables.names[1],
+            batch_id,
+            lambda session: (
+                DeltaTable.forPath(session, self.tables.state)
+                .alias("t")
+                .merge(current.alias("s"), on_key)
+                .whenMatchedUpdateAll(condition=self.state.is_newer("t", "s"))
+                .whenNotMatchedInsertAll()
+                .execute()
+            ),
+        )
 
 
 def state_sink(tables: SilverTables) -> UpsertState | None:

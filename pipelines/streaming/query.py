@@ -136,8 +136,11 @@ def run_query(
                     query.stop()
                     raise
                 # a side query that refused a batch after a stop request ended cleanly
-                stopped = side is not None and isinstance(side_sink.failure, StopRequested)
-                if side is not None and not side.isActive and not stopped:
+                if (
+                    side is not None
+                    and not side.isActive
+                    and not isinstance(side_sink.failure, StopRequested)
+                ):
                     _stop_between_batches(query)
                     _raise_failure(side, side_sink, side_what)
             if stop_requested.is_set():
