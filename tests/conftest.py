@@ -95,10 +95,11 @@ def cluster_ports(count: int) -> tuple[int, int]:
     return port, controller_port
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster(base_conf: LakehouseConf, tmp_path_factory: pytest.TempPathFactory):
-    """A real three-broker KRaft cluster on loopback, started once for the session; topics of
-    the orders stream get 3 replicas and min.insync.replicas 2."""
+    """A real three-broker KRaft cluster on loopback, started once for a module's tests (kept
+    for the rest of the run, its three idle nodes took ~275 core-s); topics of the orders stream
+    get 3 replicas and min.insync.replicas 2."""
     from pipelines.local import broker
 
     port, controller_port = cluster_ports(3)

@@ -416,7 +416,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         protocol = "" if sec is None else f", SASL_SSL with {sec.mechanism}"
         say(f"kafka: starting {what} {b.version} (KRaft{protocol}) at {n.address}, data in {n.dir}")
         heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
-        cmd = [*node_jvm, *heap, "kafka.Kafka", str(p["props"])]
+        cmd = [*node_jvm, *heap, *b.jvm_options, "kafka.Kafka", str(p["props"])]
         with open(p["out"], "ab") as out:
             launched[n.id] = Popen(
                 cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True
