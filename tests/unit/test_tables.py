@@ -1,9 +1,12 @@
+from pathlib import Path
+
 import pytest
 from delta.tables import DeltaTable
 
 from bronze.ddl import column_names
 from pipelines.errors import ConfigError
 from pipelines.layers.maintenance import partition_predicate
+from pipelines.streaming.delta import snapshot
 from pipelines.streaming.tables import (
     Table,
     TableChangeRefusedError,
@@ -101,6 +104,12 @@ def test_a_declared_clustering_is_applied_to_an_existing_table(spark, conf):
     versions = DeltaTable.forPath(spark, path).history().count()
     ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
     assert DeltaTable.forPath(spark, path).history().count() == versions
+    # read from the version's checksum; without one (a writer that keeps none), from the log
+    newest = max(Path(path, "_delta_log").glob("*.crc"))
+    newest.unlink()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    assert not snapshot(spark, path).checksumOpt().isDefined()
+    assert clustering_columns(spark, path) == ("id",)
 
 
 def test_a_partition_predicate_selects_exactly_one_partition():
