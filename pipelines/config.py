@@ -2,7 +2,8 @@
 
 Sources, highest first: LAKEHOUSE__* variables, `conf/<env>.yaml`, the defaults below. A YAML
 value must have its key's type; a variable's text is parsed by it ("0123" is a string or 123, ""
-is null). Errors name the key and the file or variable its value came from.
+is null; a list is written as in YAML, `[a, b]`). Errors name the key and the file or variable
+its value came from.
 
 Environment variables:
     LAKEHOUSE_ENV            environment name, i.e. which `conf/<env>.yaml` (default `local`)
@@ -178,8 +179,8 @@ class LocalBrokerConf(_Section):
     controller_port: Port = 9093
     data_dir: str = ".lakehouse/kafka/local"
     heap: Size = "768m"
-    # more JVM options for each node, e.g. `-XX:TieredStopAtLevel=1` (the tests': a node then
-    # starts on 4.9 core-s instead of 8.5 and idles on a quarter less)
+    # more JVM options for each node and the storage tool that formats it, e.g.
+    # `-XX:TieredStopAtLevel=1` (the tests': a node starts on 4.9 core-s instead of 8.5)
     jvm_options: list[str] = []
     start_timeout_s: Count = 90
 
@@ -649,12 +650,23 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
             keys = name[len(ENV_PREFIX) :].lower().split("__")
             where = f"environment variable {name}"
             try:  # the text parsed by the type of the key it sets; "" is null
-                value = None if text == "" else TypeAdapter(_field_type(keys)).validate_python(text)
+                value = None if text == "" else _parsed(text, _field_type(keys))
                 _put(tree, keys, value, where, sources)
             except ValidationError as e:
                 problems += [_problem(err, {}, where, tuple(keys)) for err in e.errors()]
     secret = os.environ.get(SASL_PASSWORD_ENV) or None
     return _validated(tree, sources, problems, secret, env=env, source=str(file))
+
+
+def _parsed(text: str, field_type: Any) -> Any:
+    """A variable's text as a value of `field_type`: a list as a YAML flow sequence."""
+    if get_origin(field_type) in (list, tuple):
+        try:
+            value: Any = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # refused below, as not a list
+        return TypeAdapter(field_type).validate_python(value)
+    return TypeAdapter(field_type).validate_python(text)
 
 
 def _field_type(keys: list[str]) -> Any:

@@ -98,8 +98,8 @@ def cluster_ports(count: int) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def kafka_cluster(base_conf: LakehouseConf, tmp_path_factory: pytest.TempPathFactory):
     """A real three-broker KRaft cluster on loopback, started once for a module's tests (kept
-    for the rest of the run, its three idle nodes took ~275 core-s); topics of the orders stream
-    get 3 replicas and min.insync.replicas 2."""
+    for the session, its idle nodes cost ~275 core-s over the rest of the run); topics of the
+    orders stream get 3 replicas and min.insync.replicas 2."""
     from pipelines.local import broker
 
     port, controller_port = cluster_ports(3)

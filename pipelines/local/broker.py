@@ -392,7 +392,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
     pids = list(current.pids)  # as status() just found them
     java = java_executable()
     _check_ports(conf, members, pids)
-    jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}"]
+    jvm = [java, f"-Dlog4j2.configurationFile={LOG4J2}", *b.jvm_options]  # its tools' too
     classpath = ["-cp", f"{kafka_jars(b.version)}/*"]
     sec = _security(conf, java)
     cluster_id, scram = None, None
@@ -416,7 +416,7 @@ def start(conf: LakehouseConf, *, quiet: bool = False) -> BrokerStatus:
         protocol = "" if sec is None else f", SASL_SSL with {sec.mechanism}"
         say(f"kafka: starting {what} {b.version} (KRaft{protocol}) at {n.address}, data in {n.dir}")
         heap = [f"-Xmx{b.heap}", f"-Xms{b.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
-        cmd = [*node_jvm, *heap, *b.jvm_options, "kafka.Kafka", str(p["props"])]
+        cmd = [*node_jvm, *heap, "kafka.Kafka", str(p["props"])]
         with open(p["out"], "ab") as out:
             launched[n.id] = Popen(
                 cmd, stdout=out, stderr=STDOUT, stdin=DEVNULL, start_new_session=True

@@ -139,12 +139,20 @@ def test_environment_text_is_parsed_by_the_type_of_its_key(tmp_path, monkeypatch
     monkeypatch.setenv("LAKEHOUSE__KAFKA__SASL_USERNAME", "no")
     monkeypatch.setenv("LAKEHOUSE__SPARK__UI", "true")
     monkeypatch.setenv("LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER", "")
+    monkeypatch.setenv("LAKEHOUSE__LOCAL_BROKER__JVM_OPTIONS", "[-XX:TieredStopAtLevel=1, -Xss2m]")
     conf = load_config(path=f)
     assert conf.stream("orders").topic == "0123"
     assert conf.stream("orders").partitions == 123
     assert conf.kafka.sasl_username == "no"
     assert conf.spark.ui is True
     assert conf.bronze.max_offsets_per_trigger is None
+    assert conf.local_broker.jvm_options == ["-XX:TieredStopAtLevel=1", "-Xss2m"]
+    monkeypatch.setenv("LAKEHOUSE__LOCAL_BROKER__JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+    with pytest.raises(
+        InvalidConfigError,
+        match=r"local_broker.jvm_options in environment variable LAKEHOUSE__LOCAL_BROKER__JVM",
+    ):
+        load_config(path=f)
 
 
 def test_yaml_values_must_have_the_type_of_their_key(tmp_path):

@@ -105,6 +105,7 @@ def test_a_declared_clustering_is_applied_to_an_existing_table(spark, conf):
     ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
     assert DeltaTable.forPath(spark, path).history().count() == versions
     # read from the version's checksum; without one (a writer that keeps none), from the log
+    assert snapshot(spark, path).checksumOpt().get().domainMetadata().isDefined()
     newest = max(Path(path, "_delta_log").glob("*.crc"))
     newest.unlink()
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
