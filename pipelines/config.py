@@ -660,13 +660,13 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
 
 def _parsed(text: str, field_type: Any) -> Any:
     """A variable's text as a value of `field_type`: a list as a YAML flow sequence."""
+    value: Any = text
     if get_origin(field_type) in (list, tuple):
         try:
-            value: Any = yaml.safe_load(text)
+            value = yaml.safe_load(text)
         except yaml.YAMLError:
-            value = text  # refused below, as not a list
-        return TypeAdapter(field_type).validate_python(value)
-    return TypeAdapter(field_type).validate_python(text)
+            pass  # refused below, as not a list
+    return TypeAdapter(field_type).validate_python(value)
 
 
 def _field_type(keys: list[str]) -> Any:
