@@ -4,7 +4,8 @@
     lakehouse COMMAND --help                  a command's options
 
 --env and --log-level may also follow the command; --env defaults to $LAKEHOUSE_ENV, else `local`.
-The exit code says what kind of failure it was: `pipelines.errors.ExitCode`, listed in the README.
+The exit code says what kind of failure it was: `pipelines.errors.ExitCode`, listed in
+docs/operations.md, 'Exit codes'.
 """
 
 from __future__ import annotations

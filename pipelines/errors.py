@@ -9,7 +9,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """What a `lakehouse` command or a job script exits with (documented in the README)."""
+    """What a `lakehouse` command or a job script exits with (docs/operations.md, "Exit codes")."""
 
     OK = 0
     UNEXPECTED = 1  # a bug: the traceback is printed
