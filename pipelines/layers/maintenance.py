@@ -281,7 +281,7 @@ def retention_hours(
         if committed is None:
             log.error(
                 "%s: reader %s is at version %d, which the log no longer holds: it cannot resume; "
-                "recreate its checkpoint (see docs/guarantees.md, 'A checkpoint is a cache')",
+                "reprocess on purpose (see docs/guarantees.md, 'A checkpoint is a cache')",
                 name,
                 reader.checkpoint,
                 reader.version,
