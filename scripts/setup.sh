@@ -2,7 +2,8 @@
 # Set up everything the project needs on a machine with only Python 3.11 and a Java 17 JDK:
 # a virtual environment with the Python packages of the hash-checked locks in requirements/, and
 # the JVM jars (Delta Lake, Spark's Kafka source, the Apache Kafka broker) fetched once from Maven
-# Central, checked against their recorded SHA-256 and cached, and the project's Delta log store
+# Central, checked against their recorded SHA-256 and cached, and the project's JVM classes
+# (pipelines/resources/java: the Delta log store, the session catalog, the one-pass JSON reader)
 # compiled once with javac.
 set -euo pipefail
 cd "$(dirname "$0")/.."
