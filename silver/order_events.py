@@ -1,10 +1,11 @@
-"""Silver order events: raw Kafka values parsed, typed and validated against the spec.
+"""Silver order events: raw Kafka values parsed, typed and validated against the contract.
 
 A value of the common shape is read in one pass over its bytes (`flat_texts`); every other one
 goes through Spark's VARIANT type, which keeps each JSON value's own type (string, integer, exact
-decimal, null) so that every rule of the spec can be checked exactly and named. Money goes from
-JSON text to decimal(12,2) without ever being a float. A value holds exactly one JSON object:
-what follows the object, which Spark's JSON parsers ignore, is checked apart.
+decimal, null) so that every rule of the contract (docs/orders-stream.md) can be checked exactly
+and named. Money goes from JSON text to decimal(12,2) without ever being a float. A value holds
+exactly one JSON object: what follows the object, which Spark's JSON parsers ignore, is checked
+apart.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def _checks(
     value: Column, v: Column, r: Callable[[str], Column], typed: Callable[[str], Column]
 ) -> list[tuple[Column, Column]]:
     """Each check that makes a record invalid, with its message, in the order a person would
-    look: encoding, JSON, object, presence, types, then the spec's rules. `r`: the record's
+    look: encoding, JSON, object, presence, types, then the contract's rules. `r`: the record's
     reads (`_reads`), `typed`: its typed fields (`_typed`)."""
 
     def said(message: str, *values: Column) -> Column:  # values quoted up to 100 characters

@@ -1,1 +1,2 @@
-"""The reference order stream of the spec: its generator, the producer that sends it, and the demo."""
+"""The reference order stream of the contract (docs/orders-stream.md): its generator, the producer
+that sends it, and the demo."""

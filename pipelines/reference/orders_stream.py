@@ -2,9 +2,10 @@
 
 Pure Python, no Kafka: `generate_orders_stream` returns the records in emission order, each with
 its key, value bytes, target partition and what kind it is, so a test can build its oracle from
-exactly what was sent. Twists of the spec are injected on request: re-delivered events (same
-`event_id`, same bytes, possibly another partition), out-of-order versions, late events, null keys,
-fields the spec does not know, and invalid records of every kind.
+exactly what was sent. Twists of the contract (docs/orders-stream.md) are injected on request:
+re-delivered events (same `event_id`, same bytes, possibly another partition), out-of-order
+versions, late events, null keys, fields the contract does not know, and invalid records of every
+kind.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ class StreamOptions:
     late_by_minutes: tuple[int, int] = (15, 40)
     invalid_rate: float = 0.0  # invalid records added, as a share of valid events
     null_key_rate: float = 0.0  # share of valid events sent with a null key
-    extra_field_rate: float = 0.0  # share of events carrying a field the spec does not know
+    extra_field_rate: float = 0.0  # share of events carrying a field the contract does not know
     products: int = 300
     customers: int = 3000
     unknown_dimension_rate: float = 0.0  # share of events whose product/customer id is unknown
 
 
-# Every twist the spec allows, at the rates a real stream shows them.
+# Every twist the contract allows, at the rates a real stream shows them.
 REALISTIC_TWISTS = {
     "redelivery_rate": 0.05,
     "out_of_order_rate": 0.10,

@@ -163,7 +163,7 @@ def assert_silver_matches(spark, conf: LakehouseConf, expected: dict) -> None:
         .select(*coords)
         .collect()
     ) == sorted((r["topic"], r["partition"], r["offset"], r["kafka_timestamp"]) for r in q)
-    # the spec's accounting identity, exactly
+    # the contract's accounting identity, exactly
     bronze = spark.read.format("delta").load(bronze_tables(conf, stream).raw).count()
     redeliveries = expected["valid_records"] - len(expected["events"])
     assert bronze == len(q) + expected["valid_records"]

@@ -377,7 +377,7 @@ ODD_BYTES = [
     *(with_field("seq", t).encode() for t in ("-0", "00", "2147483648", "-9223372036854775808")),
     *(with_field("seq", t).encode() for t in ("9223372036854775807", "1 ", " 1")),
 ]
-# fields the spec does not name, with what may be in them
+# fields the contract does not name, with what may be in them
 EXTRA = [
     '"note": {"gift": {"wrap": true}, "tags": ["a", 1, 2.5, null, false, [], {}]}',
     '"n": 12345678901234567890',
