@@ -1,8 +1,8 @@
 """Job specs (YAML or JSON) in the shape of the Databricks Jobs API 2.1, checked before running.
 
-The keys are those of the API (docs/operations.md, "Jobs", says what they do here);
-`existing_cluster_id` is a Spark master URL such as spark://host:7077. Every problem is reported
-at once, naming file and key.
+The keys are those of the API (docs/operations.md, "Jobs: Databricks-style multi-task jobs",
+says what they do here); `existing_cluster_id` is a Spark master URL such as spark://host:7077.
+Every problem is reported at once, naming file and key.
 """
 
 from __future__ import annotations
