@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.jobs.layer_job import run_table_job
+from pipelines.layers.declared import declared_tables
 from pipelines.layers.quality import run_quality
 
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(spark: SparkSession, conf: LakehouseConf, tables: list[str] | None) -> None:
     log = logs.get("quality")
-    for o in run_quality(spark, conf, tables):
+    for o in run_quality(spark, conf, declared_tables(conf), tables):
         if o.success:
             log.info("%-30s passed", o.suite)
         else:

@@ -36,6 +36,7 @@ from bronze.ddl import column_names
 from gold.late_events import kept_out, late_events, on_time_events
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
+from pipelines.layers.quality import check_frames
 from pipelines.layers.silver import silver_tables
 from pipelines.streaming.delta import read_pinned, snapshot, start_delta_to_batches
 from pipelines.streaming.query import run_query
@@ -211,11 +212,11 @@ class UpsertGold(IdempotentSink):
         if kept:
             late = late.unionByName(kept_out(too_big, newest, self.late_columns, F.col("_reason")))
         if self.conf.gold.check_quality_per_batch:
-            from pipelines.layers.quality import check_frames
-
             # a batch that fails a `fail` suite is not written: the query stops on it
             frames = {name: (df, None) for name, df in partials.items()}
-            check_frames(spark, self.conf, frames, scope=f"batch {batch_id}")
+            check_frames(
+                spark, self.conf, frames, self.tables.declarations, scope=f"batch {batch_id}"
+            )
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
         high_water = local_frame(
             spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA

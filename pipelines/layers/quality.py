@@ -50,13 +50,10 @@ class Suite:
     prepare: Callable[[DataFrame], DataFrame]
 
 
-def suites(conf: LakehouseConf) -> list[Suite]:
-    """A suite for every declared table with expectations, as configured."""
+def suites(conf: LakehouseConf, tables: dict[str, Table]) -> list[Suite]:
+    """A suite for each of `tables` (declarations by name) with expectations, as configured."""
     import great_expectations.expectations as gxe  # heavy: imported only when checks run
 
-    from pipelines.layers.declared import declared_tables
-
-    tables = declared_tables(conf)
     settings = {"quality.known_share": 1.0 - conf.quality.unknown_share_max}
 
     def argument(value: object) -> object:
@@ -133,10 +130,14 @@ def _describe(result) -> tuple[str, str | None, str, int | None]:
 
 
 def run_quality(
-    spark: SparkSession, conf: LakehouseConf, tables: list[str] | None = None
+    spark: SparkSession,
+    conf: LakehouseConf,
+    declared: dict[str, Table],
+    tables: list[str] | None = None,
 ) -> list[SuiteOutcome]:
-    """Run the suites (of `tables`, or all whose table exists) on the tables as they are now."""
-    known = [s.table for s in suites(conf)]
+    """Run the suites of the `declared` tables (of `tables`, or all whose table exists) on the
+    tables as they are now."""
+    known = [s.table for s in suites(conf, declared)]
     unknown = sorted(set(tables or ()) - set(known))
     if unknown:
         raise InvalidConfigError(
@@ -149,26 +150,29 @@ def run_quality(
             version = DeltaTable.forPath(spark, path).history(1).first()["version"]
             df = spark.read.format("delta").option("versionAsOf", version).load(path)
             frames[table] = (df, version)
-    return check_frames(spark, conf, frames, scope="table")
+    return check_frames(spark, conf, frames, declared, scope="table")
 
 
 def check_frames(
     spark: SparkSession,
     conf: LakehouseConf,
     frames: dict[str, tuple[DataFrame, int | None]],
+    declared: dict[str, Table],
     *,
     scope: str,
 ) -> list[SuiteOutcome]:
-    """Run the suites of the given tables on the given DataFrames (a whole table, or one
-    micro-batch's rows), record the results and apply each suite's policy."""
+    """Run the suites of the given tables (their declarations in `declared`) on the given
+    DataFrames (a whole table, or one micro-batch's rows), record the results and apply each
+    suite's policy."""
     with _project(spark, conf) as project:
-        return _check_frames(spark, conf, frames, scope, _context(project))
+        return _check_frames(spark, conf, frames, declared, scope, _context(project))
 
 
 def _check_frames(
     spark: SparkSession,
     conf: LakehouseConf,
     frames: dict[str, tuple[DataFrame, int | None]],
+    declared: dict[str, Table],
     scope: str,
     context,
 ) -> list[SuiteOutcome]:
@@ -178,7 +182,7 @@ def _check_frames(
     run_id = uuid.uuid4().hex[:12]
     run_at = datetime.now(UTC).replace(tzinfo=None)
     rows, outcomes = [], []
-    for suite in suites(conf):
+    for suite in suites(conf, declared):
         if suite.table not in frames:
             continue
         frame, version = frames[suite.table]

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import LakehouseConf
 from pipelines.layers.bronze import bronze_tables, run_bronze
+from pipelines.layers.declared import declared_tables
 from pipelines.layers.gold import gold_tables, run_gold, seed_dimensions
 from pipelines.layers.publish import run_publish
 from pipelines.layers.quality import QualityCheckFailedError, run_quality
@@ -132,7 +133,7 @@ def _gold_summary(spark, conf: LakehouseConf) -> None:
 
 def _quality_summary(spark, conf: LakehouseConf) -> None:
     try:
-        outcomes = run_quality(spark, conf)
+        outcomes = run_quality(spark, conf, declared_tables(conf))
         verdict = ", ".join(f"{o.suite} {'ok' if o.success else 'WARN'}" for o in outcomes)
         print(f"quality             passed: {verdict}")
     except QualityCheckFailedError as e:

@@ -186,13 +186,14 @@ def test_a_gold_sink_reads_each_dimension_once_per_version(spark, lake):
 
 
 def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
+    from pipelines.layers.declared import declared_tables
     from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
     conf = lake.updated({"gold.max_files_per_trigger": None})
     seed_dimensions(spark, conf)
     produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
     run_all(spark, conf)
-    outcomes = run_quality(spark, conf)
+    outcomes = run_quality(spark, conf, declared_tables(conf))
     assert [(o.suite, o.success) for o in sorted(outcomes, key=lambda o: o.suite)] == [
         ("gold_orders_by_country_5m", True),
         ("gold_revenue_by_category_1m", True),
@@ -216,7 +217,7 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
         orders
     )
     with pytest.raises(QualityCheckFailedError) as e:
-        run_quality(spark, conf, ["silver/orders"])
+        run_quality(spark, conf, declared_tables(conf), ["silver/orders"])
     assert "silver/orders (version 2): expect_column_values_to_be_unique on order_id failed" in str(
         e.value
     )

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 
 from pipelines.kafka import client_settings, ensure_topic
 from pipelines.layers.bronze import run_bronze
+from pipelines.layers.declared import declared_tables
 from pipelines.layers.gold import gold_tables, run_gold
 from pipelines.layers.quality import run_quality
 from pipelines.layers.silver import run_silver, silver_tables
@@ -120,5 +121,8 @@ def test_a_second_stream_flows_through_every_layer(spark, kafka, tmp_path):
     ) == sorted((*k, c) for k, c in windows.items())
     assert rows(spark, gold.late, "click_id") == sorted((f"k{n}",) for n in late)
     # its declared expectations run with everyone else's
-    outcomes = {o.suite: o.success for o in run_quality(spark, conf, ["silver/clicks"])}
+    outcomes = {
+        o.suite: o.success
+        for o in run_quality(spark, conf, declared_tables(conf), ["silver/clicks"])
+    }
     assert outcomes == {"silver_clicks": True}
