@@ -117,9 +117,12 @@ class IdempotentSink:
                 raise StopRequested(f"stop requested: batch {batch_id} left for the next run")
             self.wait_until_ready()
             self.write_batch(self.cache(batch) if self.cache_batch else batch, batch_id)
-        except BaseException as e:
+        except Exception as e:
             self.failure = e
             raise
+        except BaseException as e:  # py4j answers the JVM only for an Exception: the query
+            self.failure = e  # would wait for this batch for ever
+            raise RuntimeError(f"batch {batch_id} ended by {e!r}") from e
         finally:
             while self._cached:
                 self._cached.pop().unpersist()

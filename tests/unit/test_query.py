@@ -4,6 +4,7 @@ import signal
 import threading
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from pipelines.errors import JobFailedError, QualityError
 from pipelines.streaming.query import first_line
@@ -163,3 +164,28 @@ def test_a_companion_querys_batches_are_reported_like_the_main_querys(
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[side] batch")]
     assert [line.split(" rows")[0] for line in lines] == ["[side] batch 0: 7"]
     assert side.rows == 7 and spark.streams.active == []
+
+
+class Exiting(IdempotentSink):
+    def write_batch(self, batch, batch_id):
+        raise SystemExit(0)  # as an import can (pyspark's Spark Connect package, in a doctest)
+
+
+def test_a_batch_ended_by_system_exit_fails_its_query_instead_of_hanging_it(spark, tmp_path):
+    """py4j answers the JVM only when a callback raises an Exception: the sink turns anything
+    else into one, or the query would wait for the batch for ever."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"id": 1}\n')
+    sink = Exiting("/nowhere")
+    query = (
+        spark.readStream.schema("id INT")
+        .json(str(tmp_path / "in"))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as raised:
+        query.awaitTermination(120)
+    assert "RuntimeError: batch 0 ended by SystemExit(0)" in str(raised.value)
+    assert isinstance(sink.failure, SystemExit)
