@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import secrets
 import socket
 import time
@@ -22,10 +24,20 @@ os.environ["AWS_ACCESS_KEY_ID"] = "lakehouse-tests"
 os.environ["AWS_SECRET_ACCESS_KEY"] = S3_SECRET = secrets.token_hex(20)
 
 
+# Ports a test hands a server it starts: a range below the kernel's ephemeral ports (32768-60999),
+# so a client connection's local port cannot take one between the test choosing it and the
+# server binding it (a pytest-xdist worker, if any, gets a range of its own).
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_PORTS = range(20000 + 3000 * _WORKER, 23000 + 3000 * _WORKER)
+_next_port = itertools.count(random.randrange(len(_PORTS)))
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(len(_PORTS)):
+        port = _PORTS[next(_next_port) % len(_PORTS)]
+        if _can_bind(port):
+            return port
+    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +85,9 @@ def _free_ports(count: int) -> int:
     """The first of `count` consecutive free ports."""
     for _ in range(100):
         first = _free_port()
-        if first + count <= 65535 and all(_can_bind(first + i) for i in range(count)):
+        if first + count <= _PORTS.stop and all(_can_bind(first + i) for i in range(count)):
+            for _ in range(count - 1):  # the next ones are taken too
+                next(_next_port)
             return first
     raise RuntimeError(f"no {count} consecutive free ports")
 
