@@ -11,22 +11,28 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from bronze.ddl import column_names
+from declaration import Declaration
 
-SCHEMA = (
-    "topic string NOT NULL, partition int NOT NULL, offset bigint NOT NULL, kafka_timestamp timestamp, "
-    "key binary, value binary, headers array<struct<key:string,value:binary>>, "
-    "ingested_at timestamp NOT NULL"
+TABLE = Declaration(
+    schema=(
+        "topic string NOT NULL, partition int NOT NULL, offset bigint NOT NULL, "
+        "kafka_timestamp timestamp, key binary, value binary, "
+        "headers array<struct<key:string,value:binary>>, ingested_at timestamp NOT NULL"
+    ),
+    # The change feed gives each row the commit that added it and that commit's time
+    # (`_commit_timestamp`): freshness per record, at no cost to an append. Not row tracking:
+    # Delta 4.4 rebuilds the table's whole state on every commit to a table that has it (~0.7 s
+    # an append).
+    properties={"delta.appendOnly": "true", "delta.enableChangeDataFeed": "true"},
 )
-# The change feed gives each row the commit that added it and that commit's time
-# (`_commit_timestamp`): freshness per record, at no cost to an append. Not row tracking: Delta
-# 4.4 rebuilds the table's whole state on every commit to a table that has it (~0.7 s an append).
-PROPERTIES = {"delta.appendOnly": "true", "delta.enableChangeDataFeed": "true"}
-RAW_COLUMNS = column_names(SCHEMA)
+RAW_COLUMNS = column_names(TABLE.schema)
 # offsets Kafka deleted before bronze read them (retention), once each
-GAPS_SCHEMA = (
-    "topic string NOT NULL, partition int NOT NULL, from_offset bigint NOT NULL, "
-    "to_offset bigint NOT NULL, missing_records bigint NOT NULL, detected_at timestamp NOT NULL, "
-    "detected_by string NOT NULL"
+GAPS = Declaration(
+    schema=(
+        "topic string NOT NULL, partition int NOT NULL, from_offset bigint NOT NULL, "
+        "to_offset bigint NOT NULL, missing_records bigint NOT NULL, "
+        "detected_at timestamp NOT NULL, detected_by string NOT NULL"
+    )
 )
 COORDINATES = ["topic", "partition", "offset"]
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from declaration import Declaration
+
 UNKNOWN = "unknown"
 MAX_SUM = 9_999_999_999_999_999.99  # decimal(18,2)
-# The dimension tables: loaded from the seed files, read by every gold batch as they are then.
-PRODUCTS_SCHEMA = "product_id string, name string, category string, list_price decimal(12,2)"
-CUSTOMERS_SCHEMA = "customer_id string, name string, country string, segment string"
+# The dimension tables by role (`streams.<s>.dimensions`): loaded from the seed files, read by
+# every gold batch as they are then.
+DIMENSIONS = {
+    "products": Declaration(
+        schema="product_id string, name string, category string, list_price decimal(12,2)"
+    ),
+    "customers": Declaration(
+        schema="customer_id string, name string, country string, segment string"
+    ),
+}
 
 
 def enrich(events: DataFrame, dimensions: dict[str, DataFrame]) -> DataFrame:

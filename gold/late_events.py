@@ -8,14 +8,20 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-SCHEMA = (
-    "event_id string, order_id string, event_type string, event_time timestamp, "
-    "newest_event_time timestamp, reason string"
+from declaration import Declaration
+
+TABLE = Declaration(
+    schema=(
+        "event_id string, order_id string, event_type string, event_time timestamp, "
+        "newest_event_time timestamp, reason string"
+    ),
+    properties={"delta.appendOnly": "true"},
 )
-PROPERTIES = {"delta.appendOnly": "true"}
 # gold's own state: the newest event time each batch had seen, so lateness survives restarts
-HIGH_WATER_SCHEMA = "query_id string, batch_id bigint, newest_event_time timestamp"
-HIGH_WATER_PROPERTIES = {"delta.appendOnly": "true"}
+HIGH_WATER = Declaration(
+    schema="query_id string, batch_id bigint, newest_event_time timestamp",
+    properties={"delta.appendOnly": "true"},
+)
 
 
 def late_cutoff(newest_event_time: datetime | None, lateness_seconds: int) -> F.Column:

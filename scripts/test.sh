@@ -10,5 +10,5 @@ bin=.venv/bin
 "$bin/ruff" check --quiet .
 "$bin/lint-imports" --no-cache >/dev/null || "$bin/lint-imports" --no-cache
 "$bin/pylint" --disable=all --enable=duplicate-code --min-similarity-lines=6 --score=n \
-  pipelines bronze silver gold bench scripts
+  pipelines bronze silver gold declaration bench scripts
 exec "$bin/python" -m pytest "$@"

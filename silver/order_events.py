@@ -20,6 +20,7 @@ from pyspark.sql.types import DecimalType
 
 from bronze.ddl import column_names
 from bronze.raw_records import COORDINATES
+from declaration import Declaration
 from silver.events import flat_object, per_jvm
 
 EVENT_TYPES = ("created", "paid", "shipped", "cancelled")
@@ -41,30 +42,32 @@ EVENT_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSSSSS][.SSSSSS][.SSS][.SS][.S]XX
 ID_FIELDS = ("event_id", "order_id", "customer_id", "product_id")  # non-empty strings
 STRING_FIELDS = ("event_id", "order_id", "event_type", "customer_id", "product_id", "currency")
 INTEGER_FIELDS = ("seq", "quantity")
-SCHEMA = (
-    "event_id string NOT NULL, order_id string NOT NULL, seq bigint NOT NULL, "
-    "event_type string NOT NULL, customer_id string NOT NULL, product_id string NOT NULL, "
-    "quantity bigint NOT NULL, unit_price decimal(12,2) NOT NULL, currency string NOT NULL, "
-    "event_time timestamp NOT NULL, event_date string NOT NULL"
-)
-PARTITIONED_BY = ("event_date",)
-ZORDER_BY = ("event_id",)  # tight key ranges per file: the dedupe's anti-join skips files
-# the change feed gives each row its commit's time (`_commit_timestamp`): freshness per event
-PROPERTIES = {"delta.enableChangeDataFeed": "true"}
-KEY = "event_id"  # an event is stored once however often it is delivered
-EXPECTATIONS = (
-    ("expect_column_values_to_not_be_null", {"column": "event_id"}),
-    ("expect_column_values_to_be_unique", {"column": "event_id"}),
-    ("expect_column_values_to_be_in_set", {"column": "event_type", "value_set": EVENT_TYPES}),
-    ("expect_column_values_to_be_in_set", {"column": "currency", "value_set": CURRENCIES}),
-    (
-        "expect_column_values_to_be_between",
-        {"column": "unit_price", "min_value": 0, "max_value": MAX_MONEY},
+TABLE = Declaration(
+    schema=(
+        "event_id string NOT NULL, order_id string NOT NULL, seq bigint NOT NULL, "
+        "event_type string NOT NULL, customer_id string NOT NULL, product_id string NOT NULL, "
+        "quantity bigint NOT NULL, unit_price decimal(12,2) NOT NULL, currency string NOT NULL, "
+        "event_time timestamp NOT NULL, event_date string NOT NULL"
     ),
-    ("expect_column_values_to_be_between", {"column": "quantity", "min_value": 1}),
-    ("expect_column_values_to_be_between", {"column": "seq", "min_value": 1}),
+    partitioned_by=("event_date",),
+    zorder_by=("event_id",),  # tight key ranges per file: the dedupe's anti-join skips files
+    # the change feed gives each row its commit's time (`_commit_timestamp`): freshness per event
+    properties={"delta.enableChangeDataFeed": "true"},
+    expectations=(
+        ("expect_column_values_to_not_be_null", {"column": "event_id"}),
+        ("expect_column_values_to_be_unique", {"column": "event_id"}),
+        ("expect_column_values_to_be_in_set", {"column": "event_type", "value_set": EVENT_TYPES}),
+        ("expect_column_values_to_be_in_set", {"column": "currency", "value_set": CURRENCIES}),
+        (
+            "expect_column_values_to_be_between",
+            {"column": "unit_price", "min_value": 0, "max_value": MAX_MONEY},
+        ),
+        ("expect_column_values_to_be_between", {"column": "quantity", "min_value": 1}),
+        ("expect_column_values_to_be_between", {"column": "seq", "min_value": 1}),
+    ),
 )
-EVENT_COLUMNS = column_names(SCHEMA)
+KEY = "event_id"  # an event is stored once however often it is delivered
+EVENT_COLUMNS = column_names(TABLE.schema)
 REQUIRED_FIELDS = tuple(c for c in EVENT_COLUMNS if c != "event_date")  # all but the derived one
 
 

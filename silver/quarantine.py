@@ -6,13 +6,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from bronze.ddl import column_names
+from declaration import Declaration
 
-SCHEMA = (
-    "topic string NOT NULL, partition int NOT NULL, offset bigint NOT NULL, "
-    "kafka_timestamp timestamp, key binary, value binary, reason string NOT NULL"
+TABLE = Declaration(
+    schema=(
+        "topic string NOT NULL, partition int NOT NULL, offset bigint NOT NULL, "
+        "kafka_timestamp timestamp, key binary, value binary, reason string NOT NULL"
+    ),
+    properties={"delta.appendOnly": "true"},
 )
-PROPERTIES = {"delta.appendOnly": "true"}
-QUARANTINE_COLUMNS = column_names(SCHEMA)
+QUARANTINE_COLUMNS = column_names(TABLE.schema)
 
 
 def quarantined_records(parsed: DataFrame) -> DataFrame:

@@ -81,7 +81,7 @@ def declarations(stream: StreamConf) -> tuple[Table, Table]:
     """The raw table of a stream and the table of its retention gaps."""
     return (
         declared(bronze.raw_records, stream.bronze_table),
-        declared(bronze.raw_records, stream.gaps_table, prefix="GAPS_"),
+        declared(bronze.raw_records, stream.gaps_table, attr="GAPS"),
     )
 
 

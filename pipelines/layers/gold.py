@@ -42,7 +42,13 @@ from pipelines.streaming.delta import read_pinned, snapshot, start_delta_to_batc
 from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
-from pipelines.streaming.tables import Table, declared, ensure_table, require_tables
+from pipelines.streaming.tables import (
+    Table,
+    declared,
+    declared_dimension,
+    ensure_table,
+    require_tables,
+)
 
 log = logging.getLogger("lakehouse.gold")
 TOO_BIG = "a window this event falls in would exceed the value columns"
@@ -73,11 +79,11 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
         name: _with_change_feed(declared(stream.module(name), name)) for name in stream.gold_tables
     }
     decl[late] = declared(stream.module(late), late)
-    decl[high_water] = declared(gold.late_events, high_water, prefix="HIGH_WATER_")
+    decl[high_water] = declared(gold.late_events, high_water, attr="HIGH_WATER")
     for role, name in stream.dimensions.items():
         if not stream.enrich:
             raise InvalidConfigError(f"stream {stream_name!r} has dimensions but no enrich module")
-        decl[name] = declared(stream.enrich, name, prefix=f"{role.upper()}_")
+        decl[name] = declared_dimension(stream.enrich, name, role)
     return GoldTables(
         stream=stream_name,
         events=silver_tables(conf, stream).events,
@@ -219,7 +225,7 @@ class UpsertGold(IdempotentSink):
             )
         newest_after = max(x for x in (newest, stats[0]) if x is not None)
         high_water = local_frame(
-            spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER_SCHEMA
+            spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER.schema
         )
         writes = [
             partial(self._add, partials[name], name, module, batch_id, *bounds[name])

@@ -8,8 +8,8 @@ conflicts, as the layers' writes do, each retry started right after the table's 
 MERGE that rewrites the files OPTIMIZE reads fails it, and a stream MERGEs every few seconds, so
 OPTIMIZE gets the whole interval between two of its commits. One that still loses
 `OPTIMIZE_ATTEMPTS` races leaves the table uncompacted until the next run (a warning), and the
-rest of its maintenance and the other tables' goes on. A table declared with `CLUSTER_BY` is
-clustered by it (liquid clustering, incremental); one with `ZORDER_BY` is Z-ordered within the
+rest of its maintenance and the other tables' goes on. A table declared with `cluster_by` is
+clustered by it (liquid clustering, incremental); one with `zorder_by` is Z-ordered within the
 partitions that new writes left in several small files (Z-ordering rewrites a whole partition: the
 others stay as they are).
 

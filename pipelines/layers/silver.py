@@ -127,8 +127,9 @@ class UpsertSilver(IdempotentSink):
         events, state, _ = tables.names
         self.events = importlib.import_module(tables.stream.module(events))
         self.state = importlib.import_module(tables.stream.module(state)) if state else None
-        self.event_columns = column_names(self.events.SCHEMA)
-        self.partition = next(iter(getattr(self.events, "PARTITIONED_BY", ())), None)
+        declaration = declared(self.events, events)
+        self.event_columns = column_names(declaration.schema)
+        self.partition = next(iter(declaration.partitioned_by), None)
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         parsed = self.parse(batch)

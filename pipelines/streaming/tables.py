@@ -1,13 +1,16 @@
 """Tables declared once and created by one function, their changes applied or refused, never ignored.
 
-A table is declared next to the layer that owns it, by module constants (the layer packages
-import nothing of `pipelines`): `SCHEMA` (Spark DDL, the one notation, `NOT NULL` where a value
-is required), and optionally `PARTITIONED_BY`, `PROPERTIES`, `EXPECTATIONS` (Great
-Expectations 1.x expectation names with their arguments) and the layout maintenance keeps:
-`CLUSTER_BY` (liquid clustering, for an unpartitioned table: Delta refuses both) or `ZORDER_BY`
-(within the partitions of a partitioned one). A module that declares more than one
-table puts a prefix before each name (`GAPS_SCHEMA`). The configuration gives the table its name
-(`silver/orders`), from which its path follows.
+A table is declared next to the layer that owns it, by one typed value in the module named after
+it: `TABLE = Declaration(schema=..., ...)` (`declaration.Declaration`, which the layer packages
+may import: they import nothing of `pipelines`). Its fields: `schema` (Spark DDL, the one
+notation, `NOT NULL` where a value is required), and optionally `partitioned_by`, `properties`,
+`expectations` (Great Expectations 1.x expectation names with their arguments) with `prepare`
+(the derived columns they read), and the layout maintenance keeps: `cluster_by` (liquid
+clustering, for an unpartitioned table: Delta refuses both) or `zorder_by` (within the partitions
+of a partitioned one). A module that declares more than one table names each other one
+(`GAPS` in `bronze/raw_records.py`); an enrich module declares its dimension tables by role
+(`DIMENSIONS`). The configuration gives the table its name (`silver/orders`), from which its path
+follows.
 
 `ensure_table` creates a missing table; on an existing one it applies what Delta allows (a new
 nullable column, a new or changed property, new clustering columns) and refuses anything else with a readable difference.
@@ -26,12 +29,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from declaration import Declaration
 from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.streaming.delta import retry_on_conflict, snapshot
 from pipelines.streaming.storage import Files
 
 CLUSTERING_DOMAIN = "delta.clustering"  # where Delta keeps a table's liquid clustering columns
+_MISSING = object()  # what `declared` finds in a module that has no such name
 
 
 class TableChangeRefusedError(ConfigError):
@@ -55,11 +60,11 @@ class Table:
         where = f"table {self.name}"
         if self.cluster_by and (self.partitioned_by or self.zorder_by):
             raise ConfigError(
-                f"{where}: CLUSTER_BY (liquid clustering) goes with neither PARTITIONED_BY nor "
-                "ZORDER_BY; Delta refuses both on one table"
+                f"{where}: cluster_by (liquid clustering) goes with neither partitioned_by nor "
+                "zorder_by; Delta refuses both on one table"
             )
         if both := set(self.zorder_by) & set(self.partitioned_by):
-            raise ConfigError(f"{where}: ZORDER_BY {sorted(both)}: a partition column already")
+            raise ConfigError(f"{where}: zorder_by {sorted(both)}: a partition column already")
 
     @property
     def catalog_name(self) -> str:
@@ -67,21 +72,53 @@ class Table:
         return self.name.replace("/", ".")
 
 
-def declared(module: ModuleType | str, name: str, prefix: str = "") -> Table:
-    """The table `name` as `module` declares it (`<prefix>SCHEMA`, `<prefix>PARTITIONED_BY`, ...)."""
+def declared(module: ModuleType | str, name: str, attr: str = "TABLE") -> Table:
+    """The table `name` as `module` declares it: the `Declaration` it names `attr`."""
     m = importlib.import_module(module) if isinstance(module, str) else module
-    if not hasattr(m, f"{prefix}SCHEMA"):
-        raise ConfigError(f"{m.__name__} declares no table {prefix}SCHEMA (for table {name})")
+    return _table(name, getattr(m, attr, _MISSING), f"{m.__name__}.{attr}")
+
+
+def declared_dimension(module: ModuleType | str, name: str, role: str) -> Table:
+    """The dimension table `name` of role `role` as the enrich `module` declares it:
+    `DIMENSIONS[role]`, its `Declaration`."""
+    m = importlib.import_module(module) if isinstance(module, str) else module
+    where, found = f"{m.__name__}.DIMENSIONS", getattr(m, "DIMENSIONS", _MISSING)
+    if not isinstance(found, Mapping):
+        raise ConfigError(
+            f"{where} (for table {name}): expected a dict of role -> Declaration, found "
+            f"{_kind(found)}"
+        )
+    if role not in found:
+        raise ConfigError(
+            f"{where} declares no dimension {role!r} (for table {name}); it declares "
+            f"{', '.join(map(repr, found)) or 'none'}"
+        )
+    return _table(name, found[role], f"{where}[{role!r}]")
+
+
+def _table(name: str, found: object, where: str) -> Table:
+    """The table `name` from `found`, what `where` holds, which must be a `Declaration`."""
+    if not isinstance(found, Declaration):
+        raise ConfigError(
+            f"{where} (for table {name}): expected a Declaration, found {_kind(found)}"
+        )
     return Table(
         name=name,
-        schema=getattr(m, f"{prefix}SCHEMA"),
-        partitioned_by=tuple(getattr(m, f"{prefix}PARTITIONED_BY", ())),
-        cluster_by=tuple(getattr(m, f"{prefix}CLUSTER_BY", ())),
-        zorder_by=tuple(getattr(m, f"{prefix}ZORDER_BY", ())),
-        properties=dict(getattr(m, f"{prefix}PROPERTIES", {})),
-        expectations=tuple(getattr(m, f"{prefix}EXPECTATIONS", ())),
-        prepare=getattr(m, f"{prefix}PREPARE_FOR_EXPECTATIONS", None),
+        schema=found.schema,
+        partitioned_by=found.partitioned_by,
+        cluster_by=found.cluster_by,
+        zorder_by=found.zorder_by,
+        properties=dict(found.properties),
+        expectations=found.expectations,
+        prepare=found.prepare,
     )
+
+
+def _kind(found: object) -> str:
+    """What `found` is, for a message: `no such name`, `None`, `a dict`..."""
+    if found is _MISSING:
+        return "no such name in the module"
+    return "None" if found is None else f"a {type(found).__name__}"
 
 
 def require_tables(spark: SparkSession, needed: Mapping[str, str]) -> None:

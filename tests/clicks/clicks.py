@@ -3,13 +3,17 @@
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-SCHEMA = (
-    "click_id string NOT NULL, visitor_id string NOT NULL, page string NOT NULL, "
-    "event_time timestamp NOT NULL, event_date string NOT NULL"
+from declaration import Declaration
+
+TABLE = Declaration(
+    schema=(
+        "click_id string NOT NULL, visitor_id string NOT NULL, page string NOT NULL, "
+        "event_time timestamp NOT NULL, event_date string NOT NULL"
+    ),
+    partitioned_by=("event_date",),
+    expectations=(("expect_column_values_to_be_unique", {"column": "click_id"}),),
 )
-PARTITIONED_BY = ("event_date",)
 KEY = "click_id"
-EXPECTATIONS = (("expect_column_values_to_be_unique", {"column": "click_id"}),)
 
 
 def parse_events(raw: DataFrame) -> DataFrame:

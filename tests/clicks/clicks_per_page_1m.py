@@ -3,7 +3,11 @@
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-SCHEMA = "window_start timestamp, window_end timestamp, page string, clicks bigint"
+from declaration import Declaration
+
+TABLE = Declaration(
+    schema="window_start timestamp, window_end timestamp, page string, clicks bigint"
+)
 KEY_COLUMNS = ["window_start", "window_end", "page"]
 VALUE_COLUMNS = ["clicks"]
 WINDOW_SECONDS = 60

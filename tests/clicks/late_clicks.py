@@ -1,6 +1,11 @@
 """gold/late_clicks: clicks too late for the windows, with the reason."""
 
-SCHEMA = (
-    "click_id string, page string, event_time timestamp, newest_event_time timestamp, reason string"
+from declaration import Declaration
+
+TABLE = Declaration(
+    schema=(
+        "click_id string, page string, event_time timestamp, newest_event_time timestamp, "
+        "reason string"
+    ),
+    properties={"delta.appendOnly": "true"},
 )
-PROPERTIES = {"delta.appendOnly": "true"}

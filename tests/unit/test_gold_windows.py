@@ -149,11 +149,11 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
             {
                 "gold/revenue_by_category_1m": spark.createDataFrame(
                     [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in units],
-                    revenue.SCHEMA,
+                    revenue.TABLE.schema,
                 ),
                 "gold/orders_by_country_5m": spark.createDataFrame(
                     [(at, at, "FR", 1, None if order_value is None else Decimal(order_value))],
-                    countries.SCHEMA,
+                    countries.TABLE.schema,
                 ),
             },
         )
@@ -167,10 +167,10 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
         {
             "gold/revenue_by_category_1m": spark.createDataFrame(
                 [(at, at, "drinks", "EUR", 1, u, Decimal("1.00")) for u in (-3, 7)],
-                revenue.SCHEMA,
+                revenue.TABLE.schema,
             ),
             "gold/orders_by_country_5m": spark.createDataFrame(
-                [(at, at, "FR", 1, Decimal("2.50"))], countries.SCHEMA
+                [(at, at, "FR", 1, Decimal("2.50"))], countries.TABLE.schema
             ),
         },
         {
@@ -186,8 +186,8 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
     assert units["gold/orders_by_country_5m"]["order_value"] == (0, Decimal("2.50"))
     table_row = [(at, at, "kitchen", "EUR", 1, huge, Decimal("1.00"))]
     revenue_path = tables.aggregates["gold/revenue_by_category_1m"]
-    spark.createDataFrame(table_row, revenue.SCHEMA).write.format("delta").mode("append").save(
-        revenue_path
-    )
+    spark.createDataFrame(table_row, revenue.TABLE.schema).write.format("delta").mode(
+        "append"
+    ).save(revenue_path)
     # the table's row is in another group: the proof, table-wide, fails; the exact check decides
     assert [fit([1]), fit([huge]), fit([1], "9999999999999999.99")] == [True, False, True]

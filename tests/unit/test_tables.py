@@ -1,9 +1,11 @@
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from delta.tables import DeltaTable
 
 from bronze.ddl import column_names
+from declaration import Declaration
 from pipelines.errors import ConfigError
 from pipelines.layers.maintenance import partition_predicate
 from pipelines.streaming.delta import snapshot
@@ -12,6 +14,7 @@ from pipelines.streaming.tables import (
     TableChangeRefusedError,
     clustering_columns,
     declared,
+    declared_dimension,
     ensure_table,
 )
 
@@ -39,6 +42,28 @@ def test_a_declaration_comes_from_the_module_named_after_its_table():
         "expect_column_values_to_not_be_null",
         "expect_column_values_to_be_unique",
     ]
+
+
+def test_a_declaration_is_one_typed_value_and_anything_else_is_refused_naming_it():
+    gaps = declared("bronze.raw_records", "bronze/orders_raw_gaps", attr="GAPS")
+    assert column_names(gaps.schema)[:3] == ["topic", "partition", "from_offset"]
+    assert declared_dimension("gold.dimensions", "dimensions/products", "products").schema == (
+        "product_id string, name string, category string, list_price decimal(12,2)"
+    )
+    with pytest.raises(ConfigError, match=r"^bronze.raw_records.GAPZ \(for table b/g\): expected"):
+        declared("bronze.raw_records", "b/g", attr="GAPZ")
+    module = SimpleNamespace(__name__="m", TABLE="a string", DIMENSIONS={"pages": None})
+    with pytest.raises(ConfigError, match=r"^m.TABLE \(for table s/t\): .* found a str$"):
+        declared(module, "s/t")
+    with pytest.raises(ConfigError, match=r"^m.DIMENSIONS declares no dimension 'users' .*'pages'"):
+        declared_dimension(module, "d/users", "users")
+    with pytest.raises(ConfigError, match=r"^m.DIMENSIONS\['pages'\] .* found None$"):
+        declared_dimension(module, "d/pages", "pages")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'cluster'"):
+        Declaration(schema="a string", cluster=("a",))
+    with pytest.raises(TypeError, match=r"cluster_by='a': .* \(one column: \('a',\)\)"):
+        Declaration(schema="a string", cluster_by=("a"))
+    assert Declaration(schema="a string", zorder_by=["a"]).zorder_by == ("a",)
 
 
 def test_a_new_nullable_column_and_a_property_are_applied_to_the_table(spark, conf):
@@ -86,9 +111,9 @@ def test_a_log_folder_holding_a_file_is_never_cleared(spark, conf, tmp_path):
 
 
 def test_a_layout_delta_refuses_is_refused_where_it_is_declared():
-    with pytest.raises(ConfigError, match="table gold/t: CLUSTER_BY .* neither PARTITIONED_BY"):
+    with pytest.raises(ConfigError, match="table gold/t: cluster_by .* neither partitioned_by"):
         Table("gold/t", "id string, n bigint", partitioned_by=("id",), cluster_by=("n",))
-    with pytest.raises(ConfigError, match=r"ZORDER_BY \['id'\]: a partition column already"):
+    with pytest.raises(ConfigError, match=r"zorder_by \['id'\]: a partition column already"):
         Table("gold/t", "id string, n bigint", partitioned_by=("id",), zorder_by=("id",))
     assert declared("silver.orders", "silver/orders").cluster_by == ("order_id",)
     events = declared("silver.order_events", "silver/order_events")
