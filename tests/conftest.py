@@ -26,9 +26,8 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = S3_SECRET = secrets.token_hex(20)
 
 # Ports a test hands a server it starts: a range below the kernel's ephemeral ports (32768-60999),
 # so a client connection's local port cannot take one between the test choosing it and the
-# server binding it (a pytest-xdist worker, if any, gets a range of its own).
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-_PORTS = range(20000 + 3000 * _WORKER, 23000 + 3000 * _WORKER)
+# server binding it.
+_PORTS = range(20000, 23000)
 _next_port = itertools.count(random.randrange(len(_PORTS)))
 
 
