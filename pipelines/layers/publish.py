@@ -223,7 +223,17 @@ class GoldPublisher:
             s.min_insync_replicas,
             settings=PUBLISHED_TOPIC_SETTINGS,
         )
-        timeout_ms = p.transaction_timeout_s * 1000
+        self._start_producer()
+        self.positions = read_positions(self.conf, self.published_topic, self.transactional_id)
+        for t in self.tables:
+            if (at := self.positions.get(t.name)) is not None:
+                log.info("%s: published up to version %d (%s)", t.name, at.version, t.topic)
+            else:
+                log.info("%s: never published: its rows first, then its changes", t.name)
+
+    def _start_producer(self) -> None:
+        """A new transactional producer: `init_transactions` fences every earlier one of the id."""
+        timeout_ms = self.conf.publish.transaction_timeout_s * 1000
         settings = client_settings(self.conf) | PRODUCER_SETTINGS
         settings |= {"transactional.id": self.transactional_id, "error_cb": self._on_error}
         settings |= {"transaction.timeout.ms": timeout_ms, "message.timeout.ms": timeout_ms}
@@ -231,17 +241,21 @@ class GoldPublisher:
         try:
             self.producer.init_transactions(self.conf.kafka.request_timeout_s * 4)
         except KafkaException as e:
+            self.producer = None
             raise JobFailedError(
                 f"publish of stream {self.stream_name!r}: Kafka at "
                 f"{self.conf.kafka.bootstrap_servers} did not start the transactional producer "
                 f"{self.transactional_id!r}: {e.args[0].str() if _kafka_error(e) else e}"
             ) from None
-        self.positions = read_positions(self.conf, self.published_topic, self.transactional_id)
-        for t in self.tables:
-            if (at := self.positions.get(t.name)) is not None:
-                log.info("%s: published up to version %d (%s)", t.name, at.version, t.topic)
-            else:
-                log.info("%s: never published: its rows first, then its changes", t.name)
+
+    def _drop_producer(self) -> None:
+        """Drop the producer after an aborted transaction; the next one starts a new producer.
+        Once messages of a transaction timed out (Kafka unreachable longer than
+        transaction_timeout_s), librdkafka's producer fails its next transactions with skipped
+        sequence numbers; a new one starts clean."""
+        self.producer.purge()
+        self.producer.flush(0)
+        self.producer = None
 
     def close(self) -> None:
         if self.producer is not None:
@@ -298,6 +312,8 @@ class GoldPublisher:
             return None
         for attempt in range(1, ATTEMPTS + 1):
             try:
+                if self.producer is None:  # the last transaction was aborted
+                    self._start_producer()
                 return self._transaction(plan)
             except KafkaException as e:
                 err = self._cause(_kafka_error(e))
@@ -311,6 +327,7 @@ class GoldPublisher:
                     ) from None
                 log.warning("transaction aborted (%s): attempt %d again", err.str(), attempt + 1)
                 self._abort()
+                self._drop_producer()
             except (PublisherFencedError, JobFailedError):
                 raise
             except Exception as e:  # reading the tables (Spark, Delta): said in one line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -18,10 +19,12 @@ from confluent_kafka import Consumer, TopicPartition
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
+from pipelines.errors import JobFailedError
 from pipelines.kafka import admin_client, client_settings, stable_offsets
 from pipelines.layers.gold import gold_tables, seed_dimensions
 from pipelines.layers.pipeline import run_pipeline
 from pipelines.layers.publish import GoldPublisher, PublisherFencedError, run_publish
+from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import produce_plan
 from pipelines.streaming.lease import CheckpointInUseError
@@ -157,7 +160,7 @@ def stable(conf, topics: list[str], admin) -> int:
 
 
 def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_in_version_order(
-    spark, lake, tmp_path
+    spark, lake, tmp_path, caplog
 ):
     """The pipeline job changes gold in small batches while the stream is being produced; the
     publish job runs beside it and is SIGKILLed three times: while a transaction is open, right
@@ -166,7 +169,9 @@ def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_
     change of its table once, in version order (the table's own change data feed is the oracle),
     and folded by key it is the table, row for row; read uncommitted, it also holds what the
     killed transactions sent. Last, a publisher fenced by a newer one stops with a readable
-    error, and nothing is published twice."""
+    error, and nothing is published twice. And a publisher whose transaction Kafka aborts in an
+    outage longer than the transaction timeout fails naming the brokers; back, its next
+    transaction commits at the first attempt."""
     seed = int(os.environ.get("LAKEHOUSE_TEST_SEED", "2468"))
     rng = random.Random(seed)
     seed_dimensions(spark, lake)
@@ -254,3 +259,26 @@ def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_
     assert counts["gold/revenue_by_category_1m"] == len(changes)
     # a run from scratch resumes where the newer one stopped: nothing to publish
     assert run_publish(spark, lake, once=True, progress=False) == []
+
+    # every broker down while a transaction is open, longer than its timeout: its messages time
+    # out, Kafka aborts it, and the publisher stops naming the brokers. Back, the same publisher's
+    # next transaction commits at once (a producer whose messages timed out fails the next ones)
+    short = lake.updated({"publish.transaction_timeout_s": 4, "kafka.request_timeout_s": 2})
+    publisher = GoldPublisher(spark, short, "orders")
+    publisher.open()
+    gold_table.update(F.col("window_start") == rows[-1]["window_start"], {"units": F.lit(2)})
+    broker.stop(lake, quiet=True)
+    try:
+        with pytest.raises(JobFailedError, match=re.escape(lake.kafka.bootstrap_servers)):
+            publisher.publish_round()
+    finally:
+        broker.start(lake, quiet=True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "lakehouse.publish"):
+        done = publisher.publish_round()
+    assert [r.getMessage() for r in caplog.records] == []  # committed at the first attempt
+    assert done.versions == {"gold/revenue_by_category_1m": (last + 1, last + 1)}
+    publisher.close()
+    updated = sum(r["window_start"] == rows[-1]["window_start"] for r in rows)
+    counts = assert_published_exactly(spark, lake)
+    assert counts["gold/revenue_by_category_1m"] == len(changes) + updated
