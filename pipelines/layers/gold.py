@@ -1,26 +1,16 @@
 """The gold job: a stream's windowed aggregates of its silver events, joined with its dimensions.
 
-Generic over streams: each gold table's module supplies `aggregate(events)` with its key and
-additive value columns; the stream's `enrich` module (if any) joins the dimensions. Per
-micro-batch of new events (a stream over the insert-only silver events table):
-- events older than the allowed lateness behind the newest event time already processed go to
-  the stream's late-events table with their reason, and stay out of the windows;
-- the others are joined with the dimension tables as they are now (read per batch, so an update
-  is seen by the next batch) and aggregated per window and group;
-- the batch's partial aggregates are MERGEd into the gold tables, adding to the window rows:
-  a window row is current as soon as its batch commits. Additions are not idempotent by nature;
-  the shared sink makes every write once per batch (Delta's transaction ids on the MERGEs, the
-  batch its commit records for the appends), so a replayed batch adds nothing twice.
-The tables are the state: there is no Spark watermark to drop late events silently.
+Per micro-batch of new silver events: late events to the late-events table, the others enriched,
+aggregated per window and group, and MERGEd into the gold tables, adding to their window rows,
+each write once per batch (docs/guarantees.md, "Gold").
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import operator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial, reduce
 
 import pyarrow as pa
@@ -29,11 +19,12 @@ from deltalake import DeltaTable as DeltaLake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructType
 
 import gold.late_events
 from bronze.ddl import column_names
+from gold import overflow
 from gold.late_events import kept_out, late_events, on_time_events
+from gold.overflow import Range, TableRanges
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
 from pipelines.layers.quality import check_frames
@@ -138,16 +129,35 @@ def _add_condition(keys: list[str], lo: datetime, hi: datetime) -> F.Column:
     return condition
 
 
-def _file_stats_range(files: pa.Table, column: str) -> tuple | None:
-    """(min, max) of `column` over a Delta table's files (`get_add_actions(flatten=True)`),
-    widened to 0; None if a file has no statistics for it."""
+def _file_stats_range(files: pa.Table, column: str) -> Range | None:
+    """The range of `column` over a Delta table's files (`get_add_actions(flatten=True)`)."""
     lows, highs = (
         files.column(c).to_pylist() if c in files.column_names else [None] * files.num_rows
         for c in (f"min.{column}", f"max.{column}")
     )
-    if None in lows + highs:
-        return None
-    return min([0, *lows]), max([0, *highs])
+    return Range.covering(lows, highs)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What the sink knows after a batch, for the next batch of the same query only (a retried
+    or replayed batch reads the tables): the newest event time, and each gold table's ranges."""
+
+    at: tuple[str, int]  # (query id, next batch id)
+    newest: datetime | None
+    ranges: dict[str, TableRanges] | None
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """A batch's partial aggregates per gold table; the events kept out of every table (with a
+    `_reason`), or None; the tables' ranges once the partials are added, if proved; event times."""
+
+    partials: dict[str, DataFrame]
+    kept_out: DataFrame | None
+    ranges: dict[str, TableRanges] | None
+    newest: datetime
+    oldest: datetime
 
 
 class UpsertGold(IdempotentSink):
@@ -163,18 +173,18 @@ class UpsertGold(IdempotentSink):
         self.late_columns = column_names(tables.declarations[self.late_name].schema)
         self.lateness_s = conf.gold.allowed_lateness_minutes * 60
         self.key = importlib.import_module(stream.module(stream.events_table)).KEY
-        # What this sink knows of its tables after its last batch, for the next batch only (a
-        # retried or replayed batch reads the tables): the newest event time, and each value
-        # column's range over each gold table (a bound: widened by every batch's additions).
-        self._known: tuple | None = None  # ((query id, next batch id), newest, ranges)
+        self.types = {
+            n: overflow.column_types(tables.declarations[n].schema) for n in tables.aggregates
+        }
+        self._known: _Known | None = None
         self._dimensions: tuple | None = None  # (Spark context, versions, cached frames)
 
-    def _knows(self, batch_id: int) -> tuple:
-        """(newest, ranges) known for this batch, else (None, None); forgotten either way."""
+    def _knows(self, batch_id: int) -> _Known:
+        """What is known for this batch (nothing, if another came between); forgotten either way."""
         known, self._known = self._known, None
-        if known is None or known[0] != (self.query_id(), batch_id):
-            return None, None
-        return known[1], known[2]
+        if known is None or known.at != (self.query_id(), batch_id):
+            return _Known((self.query_id(), batch_id), None, None)
+        return known
 
     def dimensions(self, spark: SparkSession) -> dict[str, DataFrame]:
         """The dimension tables as they are now (a change is seen by the next batch), each read
@@ -200,36 +210,35 @@ class UpsertGold(IdempotentSink):
 
     def write_batch(self, events: DataFrame, batch_id: int) -> None:
         spark, tables = events.sparkSession, self.tables
-        known_newest, ranges = self._knows(batch_id)
+        known = self._knows(batch_id)
         with self.step("gold.newest_before"):
-            newest = known_newest or self.newest_before(spark, batch_id)
+            newest = known.newest or self.newest_before(spark, batch_id)
         late = late_events(events, newest, self.lateness_s, self.late_columns)
         on_time = on_time_events(events, newest, self.lateness_s)
         if self.enrich:
             on_time = self.cache(self.enrich(on_time, self.dimensions(spark)))
         with self.step("gold.fitting"):
-            fitted = self._fitting(spark, events, on_time, batch_id, ranges)
+            fitted = self._fitting(spark, events, on_time, batch_id, known.ranges)
         if fitted is None:  # no event in the batch
-            self._known = ((self.query_id(), batch_id + 1), known_newest, ranges)
+            self._known = replace(known, at=(self.query_id(), batch_id + 1))
             return
-        partials, too_big, ranges, stats = fitted
-        bounds = self._bounds(stats)
-        kept = too_big is not None
+        kept = fitted.kept_out is not None
         if kept:
-            late = late.unionByName(kept_out(too_big, newest, self.late_columns, F.col("_reason")))
+            reason = F.col("_reason")
+            late = late.unionByName(kept_out(fitted.kept_out, newest, self.late_columns, reason))
         if self.conf.gold.check_quality_per_batch:
             # a batch that fails a `fail` suite is not written: the query stops on it
-            frames = {name: (df, None) for name, df in partials.items()}
+            frames = {name: (df, None) for name, df in fitted.partials.items()}
             check_frames(
                 spark, self.conf, frames, self.tables.declarations, scope=f"batch {batch_id}"
             )
-        newest_after = max(x for x in (newest, stats[0]) if x is not None)
+        newest_after = max(x for x in (newest, fitted.newest) if x is not None)
         high_water = local_frame(
             spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER.schema
         )
         writes = [
-            partial(self._add, partials[name], name, module, batch_id, *bounds[name])
-            for name, module in self.modules.items()
+            partial(self._add, fitted.partials[name], name, batch_id, self._starts(fitted, name))
+            for name in self.modules
         ]
         writes.append(
             partial(
@@ -248,28 +257,25 @@ class UpsertGold(IdempotentSink):
         # the tables' writes side by side, each in a session of its own: a window row is current
         # once its table's MERGE commits, whichever other table is still being written
         self.in_parallel(*writes)
-        self._known = ((self.query_id(), batch_id + 1), newest_after, ranges)
+        self._known = _Known((self.query_id(), batch_id + 1), newest_after, fitted.ranges)
 
-    def _bounds(self, stats: tuple) -> dict[str, tuple]:
-        """Per gold table, the window starts a batch with events from `stats[1]` to `stats[0]`
-        (oldest, newest) can touch."""
-        first_minute = stats[1].replace(second=0, microsecond=0)
-        return {
-            name: (first_minute - timedelta(seconds=module.WINDOW_SECONDS), stats[0])
-            for name, module in self.modules.items()
-        }
+    def _starts(self, times: _Fitted, name: str) -> tuple[datetime, datetime]:
+        """The window starts of gold table `name` the batch's events can fall in."""
+        seconds = self.modules[name].WINDOW_SECONDS
+        return overflow.window_starts(times.oldest, times.newest, seconds)
 
     def _fitting(
-        self, spark, events: DataFrame, on_time: DataFrame, batch_id: int, ranges: dict | None
-    ) -> tuple | None:
-        """None if the batch has no event; else the partial aggregates of the on-time events;
-        the events kept out of them (with a `_reason`), or None when none is: those falling in a
-        window row (by time and group) whose values, added to the table's, would not fit their
-        columns; they are kept out of every table. Decided once per batch; a replay (any write of
-        the batch committed) reads the decision back. Third: the value ranges of the tables once
-        the partials are added (`ranges`: before), if the cheap proof gave them, else None.
-        Fourth: the batch's newest and oldest event times. In the common case this is one Spark
-        job: the aggregates, the event times and the proof in one pass (`_surely_fit`)."""
+        self,
+        spark: SparkSession,
+        events: DataFrame,
+        on_time: DataFrame,
+        batch_id: int,
+        ranges: dict[str, TableRanges] | None,
+    ) -> _Fitted | None:
+        """The partial aggregates of the on-time events, less those falling in a window row that
+        would not fit its columns (kept out of every table); None if the batch has no event.
+        Decided once per batch: a replay (any write of the batch committed) reads it back. In
+        the common case one Spark job: aggregates, event times and the proof in one pass."""
         no_reason = F.lit(None).cast("string").alias("_reason")
         out = None
         # the batch ran before if any of its writes committed: an empty late append commits
@@ -280,92 +286,68 @@ class UpsertGold(IdempotentSink):
             late = spark.read.format("delta").load(self.tables.late)
             done = late.where(F.col("reason").startswith(TOO_BIG)).select(self.key, "reason")
             out = self.cache(on_time.join(done.withColumnRenamed("reason", "_reason"), self.key))
-        stats = None
+        times = None
         while True:
             fitting = on_time if out is None else on_time.join(out, self.key, "left_anti")
             partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
-            if replay or stats is not None:
+            if replay or times is not None:
                 after = None  # a replay keeps its decision; a second round proves nothing cheaply
-                stats = stats or tuple(events.agg(F.max("event_time"), F.min("event_time")).first())
+                times = times or tuple(events.agg(F.max("event_time"), F.min("event_time")).first())
             else:
                 with self.step("gold.surely_fit"):
-                    after, stats = self._surely_fit(events, partials, ranges)
-            if stats[0] is None:
+                    after, times = self._surely_fit(events, partials, ranges)
+            if times[0] is None:
                 return None
+            fitted = _Fitted(partials, out, after, *times)
             if replay or after is not None:
-                return partials, out, after, stats
-            bounds = self._bounds(stats)
+                return fitted
             more = [
                 fitting.alias("e")
-                .join(self._unfit(spark, name, partials[name], *bounds[name]).alias("g"), cond)
+                .join(
+                    self._unfit(spark, name, fitted).alias("g"), overflow.in_window(m.KEY_COLUMNS)
+                )
                 .select(
                     *[F.col(f"e.{c}") for c in on_time.columns],
                     F.lit(f"{TOO_BIG} of {name}: kept out of the gold windows").alias("_reason"),
                 )
-                for name, cond in self._in_window().items()
+                for name, m in self.modules.items()
             ]
             more = reduce(DataFrame.unionByName, more).dropDuplicates([self.key])
             if more.isEmpty():
-                return partials, out, None, stats
+                return fitted
             base = on_time.limit(0).select("*", no_reason) if out is None else out
             out = self.cache(base.unionByName(more))
 
-    def _in_window(self) -> dict[str, F.Column]:
-        """Per gold table: an event `e` falls in the window row `g` (by time and group)."""
-        conditions = {}
-        for name, module in self.modules.items():
-            e_time = F.col("e.event_time")
-            cond = (e_time >= F.col("g.window_start")) & (e_time < F.col("g.window_end"))
-            for k in module.KEY_COLUMNS[2:]:  # after window_start, window_end: the group
-                cond = cond & F.col(f"e.{k}").eqNullSafe(F.col(f"g.{k}"))
-            conditions[name] = cond
-        return conditions
-
-    def _types(self, name: str) -> dict:
-        """The declared type of each column of gold table `name`."""
-        schema = StructType.fromDDL(self.tables.declarations[name].schema)
-        return {f.name: f.dataType for f in schema.fields}
-
     def _surely_fit(
-        self, events: DataFrame, partials: dict[str, DataFrame], ranges: dict | None = None
-    ) -> tuple[dict | None, tuple]:
-        """One Spark job: the batch's (newest, oldest) event times, and a cheap proof that every
-        window row fits (else `_fitting` checks them one by one): no partial value is null, and
-        each value column's range in the batch plus its range in the whole table (`ranges`,
-        else the files' statistics; 0 for a new row) fits its type. Returns the tables' ranges
-        once the partials are added (a bound), or None: no proof; and the event times."""
+        self,
+        events: DataFrame,
+        partials: dict[str, DataFrame],
+        ranges: dict[str, TableRanges] | None = None,
+    ) -> tuple[dict[str, TableRanges] | None, tuple[datetime | None, datetime | None]]:
+        """One Spark job: the tables' ranges once the partials are added if `overflow.proof`
+        proves every window row fits, else None (`ranges`: before, else the files' statistics);
+        and the batch's (newest, oldest) event times."""
         ranges = ranges or self._table_ranges()
         times = F.max("event_time").alias("newest"), F.min("event_time").alias("oldest")
-        checks = [events.agg(*times)]  # one row per frame, its columns named by table and value
-        for i, (name, module) in enumerate(self.modules.items()):
-            if ranges is None:
-                break
-            types, fits, values = self._types(name), [], []
-            for v in module.VALUE_COLUMNS:
-                fits.append(F.count(v) == F.count("*"))
-                fits += [
-                    F.try_add(F.coalesce(agg(v), F.lit(0)), F.lit(t)).try_cast(types[v]).isNotNull()
-                    for agg, t in zip((F.min, F.max), ranges[name][v], strict=True)
-                ]
-                values += [F.min(v).alias(f"lo {i} {v}"), F.max(v).alias(f"hi {i} {v}")]
-            checks.append(
-                partials[name].agg(reduce(operator.and_, fits).alias(f"fit {i}"), *values)
-            )
-        row = reduce(DataFrame.crossJoin, checks).first().asDict()
-        stats = (row["newest"], row["oldest"])
-        if ranges is None or not all(row[f"fit {i}"] for i in range(len(self.modules))):
-            return None, stats
-        after = {}  # a row's new value is its old one plus the partial's (or the partial's)
-        for i, (name, module) in enumerate(self.modules.items()):
-            after[name] = {}
-            for v in module.VALUE_COLUMNS:
-                (t_lo, t_hi), lo, hi = ranges[name][v], row[f"lo {i} {v}"], row[f"hi {i} {v}"]
-                after[name][v] = (t_lo + min(0, lo or 0), t_hi + max(0, hi or 0))
-        return after, stats
+        checks = [events.agg(*times)]  # one row per frame, a table's columns prefixed by its index
+        names = list(self.modules) if ranges is not None else []
+        for i, name in enumerate(names):
+            values = self.modules[name].VALUE_COLUMNS
+            row = overflow.proof(partials[name], values, self.types[name], ranges[name])
+            checks.append(row.toDF(*[f"{i} {c}" for c in row.columns]))
+        got = reduce(DataFrame.crossJoin, checks).first().asDict()
+        proofs = {
+            name: {c.split(" ", 1)[1]: v for c, v in got.items() if c.startswith(f"{i} ")}
+            for i, name in enumerate(names)
+        }
+        if ranges is None or not all(p["fit"] for p in proofs.values()):
+            return None, (got["newest"], got["oldest"])
+        after = {name: overflow.ranges_after(ranges[name], p) for name, p in proofs.items()}
+        return after, (got["newest"], got["oldest"])
 
-    def _table_ranges(self) -> dict | None:
-        """Each value column's (min, max) over each gold table, widened to 0, from its files'
-        statistics; None if one is missing."""
+    def _table_ranges(self) -> dict[str, TableRanges] | None:
+        """Each value column's range over each gold table, from its files' statistics; None if
+        one is missing."""
         ranges, options = {}, self.conf.delta_rs_options()
         for name, module in self.modules.items():
             path = self.tables.aggregates[name]
@@ -382,28 +364,30 @@ class UpsertGold(IdempotentSink):
                     self._warned = True
                 return None
             files = pa.table(files)
-            ranges[name] = {v: _file_stats_range(files, v) for v in module.VALUE_COLUMNS}
-            if None in ranges[name].values():
+            table = {v: _file_stats_range(files, v) for v in module.VALUE_COLUMNS}
+            if None in table.values():
                 return None
+            ranges[name] = table
         return ranges
 
-    def _unfit(self, spark, name: str, rows: DataFrame, lo, hi) -> DataFrame:
-        """Window rows of `rows` (partial aggregates) that do not fit: a value null (too big within the batch), or
-        beyond its column's type once added to the table's row."""
-        module, keys, types = self.modules[name], self.modules[name].KEY_COLUMNS, self._types(name)
+    def _unfit(self, spark: SparkSession, name: str, fitted: _Fitted) -> DataFrame:
+        """The keys of window rows of gold table `name` that would not fit (`overflow.unfit`)."""
+        module, (lo, hi) = self.modules[name], self._starts(fitted, name)
         target = spark.read.format("delta").load(self.tables.aggregates[name])
         target = target.where(F.col("window_start").between(F.lit(lo), F.lit(hi)))
-        both = rows.alias("s").join(target.alias("t"), keys, "left")
-        fits = [
-            F.try_add(F.col(f"s.{v}"), F.coalesce(F.col(f"t.{v}"), F.lit(0)))
-            .try_cast(types[v])
-            .isNotNull()
-            for v in module.VALUE_COLUMNS
-        ]
-        return both.where(~reduce(operator.and_, fits)).select(*keys)
+        return overflow.unfit(
+            fitted.partials[name],
+            target,
+            module.KEY_COLUMNS,
+            module.VALUE_COLUMNS,
+            self.types[name],
+        )
 
-    def _add(self, rows: DataFrame, name: str, module, batch_id: int, lo, hi) -> None:
+    def _add(
+        self, rows: DataFrame, name: str, batch_id: int, starts: tuple[datetime, datetime]
+    ) -> None:
         """MERGE a batch's partial aggregates into their table, adding to existing window rows."""
+        module, (lo, hi) = self.modules[name], starts
         values = {v: F.col(f"t.{v}") + F.col(f"s.{v}") for v in module.VALUE_COLUMNS}
         self.transaction(
             name,

@@ -9,6 +9,7 @@ from chispa import assert_df_equality
 
 from gold.dimensions import enrich
 from gold.orders_by_country_5m import aggregate as orders_by_country_5m
+from gold.overflow import Range
 from gold.revenue_by_category_1m import aggregate as revenue_by_category_1m
 
 
@@ -175,15 +176,18 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
         },
         {
             "gold/revenue_by_category_1m": {
-                "paid_orders": (0, 4),
-                "units": (-1, 10),
-                "revenue": (0, 5),
+                "paid_orders": Range(0, 4),
+                "units": Range(-1, 10),
+                "revenue": Range(0, 5),
             },
-            "gold/orders_by_country_5m": {"created_orders": (0, 0), "order_value": (0, 0)},
+            "gold/orders_by_country_5m": {
+                "created_orders": Range(0, 0),
+                "order_value": Range(0, 0),
+            },
         },
     )
-    assert units["gold/revenue_by_category_1m"]["units"] == (-4, 17)
-    assert units["gold/orders_by_country_5m"]["order_value"] == (0, Decimal("2.50"))
+    assert units["gold/revenue_by_category_1m"]["units"] == Range(-4, 17)
+    assert units["gold/orders_by_country_5m"]["order_value"] == Range(0, Decimal("2.50"))
     table_row = [(at, at, "kitchen", "EUR", 1, huge, Decimal("1.00"))]
     revenue_path = tables.aggregates["gold/revenue_by_category_1m"]
     spark.createDataFrame(table_row, revenue.TABLE.schema).write.format("delta").mode(
