@@ -80,14 +80,10 @@ class Pipeline(IdempotentSink):
         )
         self.topic = stream.topic
         self.layers = [s for s in (self.bronze, self.silver, self.gold) if s is not None]
-        for layer in self.layers:
-            layer._cached = self._cached  # released with the batch's own frames
-            layer._records = self._records  # one checkpoint: read once per batch
-            layer.steps = self.steps  # timed as parts of the pipeline's batch
+        for layer in self.layers:  # one checkpoint, one cache, one timing per batch
+            layer.share(self.context)
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        for layer in self.layers:
-            layer.spark = self.spark
         # a small batch runs interpreted projections (`INTERPRETED`), unless the session sets
         # the mode itself; the state query (its own session) stays compiled
         offsets = checkpoints.batch_offsets_read(

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -60,6 +61,29 @@ def cause(e: Exception, limit: int = 2000) -> str:
     return " ".join(text.split())[:limit]
 
 
+@dataclass
+class BatchContext:
+    """What the writes of one micro-batch share, whichever sink makes them: the batch's session,
+    the frames cached for it, what its commits record of the checkpoint (read once per batch),
+    and the seconds of each of its steps."""
+
+    spark: SparkSession | None = None
+    cached: list[DataFrame] = field(default_factory=list)
+    records: dict[int, dict[str, object]] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def begin(self, spark: SparkSession) -> None:
+        """Start a batch run in `spark`."""
+        self.spark = spark
+        self.records.clear()
+        self.steps.clear()
+
+    def release(self) -> None:
+        """Unpersist the frames cached for the batch."""
+        while self.cached:
+            self.cached.pop().unpersist()
+
+
 class IdempotentSink:
     """Base of the layers' sinks: `sink(batch, batch_id)` runs `write_batch` safely."""
 
@@ -69,16 +93,25 @@ class IdempotentSink:
         self.checkpoint = checkpoint
         self.failure: BaseException | None = None  # what stopped the query, by type
         self._query_id: str | None = None
-        self._cached: list[DataFrame] = []
-        # what the running batch's commits record of the checkpoint, read once per batch (three
-        # files: on object storage, three requests), not once per table it writes
-        self._records: dict[int, dict[str, object]] = {}
-        self.spark: SparkSession | None = None  # the batch's own session: the txn confs go there
+        self.context = BatchContext()  # of the batch running or last run
         self.ready: Future | None = None  # tables still being created: batches wait for them
-        self.steps: dict[str, float] = {}  # seconds of each step of the batch running or last run
         self.timings: dict[int, dict[str, float]] = {}  # the steps of the last batches, by id
         self._sessions: dict[str, SparkSession] = {}  # table -> session of its MERGEs
         self._sessions_of: SparkContext | None = None  # the context they belong to
+
+    @property
+    def spark(self) -> SparkSession | None:
+        """The running batch's own session: the transaction confs go there."""
+        return self.context.spark
+
+    @property
+    def steps(self) -> dict[str, float]:
+        """Seconds of each step of the batch running or last run."""
+        return self.context.steps
+
+    def share(self, context: BatchContext) -> None:
+        """Write as part of another sink's batches, in its batch context."""
+        self.context = context
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -100,9 +133,7 @@ class IdempotentSink:
         raise NotImplementedError
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.spark = batch.sparkSession
-        self.steps.clear()
-        self._records.clear()
+        self.context.begin(batch.sparkSession)
         started = time.perf_counter()
         try:
             query_id = self.query_id()
@@ -124,8 +155,7 @@ class IdempotentSink:
             self.failure = e  # would wait for this batch for ever
             raise RuntimeError(f"batch {batch_id} ended by {e!r}") from e
         finally:
-            while self._cached:
-                self._cached.pop().unpersist()
+            self.context.release()
             if self.steps:  # where the batch's time went: on the console, and logged
                 self.timings[batch_id] = dict(self.steps)
                 for old in sorted(self.timings)[:-20]:
@@ -135,15 +165,17 @@ class IdempotentSink:
 
     def cache(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the end of this batch (read more than once)."""
-        self._cached.append(df.persist())
-        return self._cached[-1]
+        self.context.cached.append(df.persist())
+        return self.context.cached[-1]
 
     def batch_record(self, batch_id: int) -> dict[str, object]:
         """What this batch's commits record of the checkpoint (`checkpoints.batch_record`)."""
-        if batch_id not in self._records:
-            files = Files(self.spark)
-            self._records[batch_id] = checkpoints.batch_record(files, self.checkpoint, batch_id)
-        return self._records[batch_id]
+        records = self.context.records
+        if batch_id not in records:
+            records[batch_id] = checkpoints.batch_record(
+                Files(self.spark), self.checkpoint, batch_id
+            )
+        return records[batch_id]
 
     def query_id(self) -> str:
         """The id Spark keeps in the checkpoint: batch ids count from 0 again under a new one."""
