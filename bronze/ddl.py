@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 
 def column_names(ddl: str) -> list[str]:
@@ -11,6 +12,7 @@ def column_names(ddl: str) -> list[str]:
     for i, ch in enumerate(ddl + ","):
         depth += (ch in "(<") - (ch in ")>")
         if ch == "," and depth == 0:
-            names.append(re.match(r"\s*`?(\w+)", ddl[start:i]).group(1))
+            # Each column starts with its name.
+            names.append(cast(re.Match[str], re.match(r"\s*`?(\w+)", ddl[start:i])).group(1))
             start = i + 1
     return names

@@ -24,7 +24,7 @@ HIGH_WATER = Declaration(
 )
 
 
-def late_cutoff(newest_event_time: datetime | None, lateness_seconds: int) -> F.Column:
+def late_cutoff(newest_event_time: datetime | None, lateness_seconds: int) -> Column:
     """Event times before this are late; none is late before anything was processed."""
     if newest_event_time is None:
         return F.lit(None).cast("timestamp")

@@ -63,6 +63,7 @@ def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None
         service.stop(conf, node=args.node)
         return None
     getattr(service, args.action)(conf)
+    return None
 
 
 def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, TypeAdapter
@@ -56,8 +56,13 @@ _UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 36
 
 def duration_seconds(duration: str) -> float:
     """A configured `Duration` ('10 seconds', '500 milliseconds') in seconds."""
-    number, unit = re.fullmatch(_DURATION, duration.strip(), re.IGNORECASE).group(0, 2)
-    return float(re.match(r"[\d.]+", number).group(0)) * _UNIT_SECONDS[unit.lower()]
+    # a Duration matches _DURATION (checked when configured): both matches hold
+    whole = cast(re.Match[str], re.fullmatch(_DURATION, duration.strip(), re.IGNORECASE))
+    number, unit = whole.group(0, 2)
+    return (
+        float(cast(re.Match[str], re.match(r"[\d.]+", number)).group(0))
+        * _UNIT_SECONDS[unit.lower()]
+    )
 
 
 Size = Annotated[str, _matching(r"\d+[kmgt]", "a size such as '2g' or '768m'")]

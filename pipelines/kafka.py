@@ -288,8 +288,8 @@ def stable_offsets(
     wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in parts}
     offsets = {}
     for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
-        found = admin.list_offsets(wanted, isolation_level=level, request_timeout=timeout)
-        offsets[level] = {tp.partition: f.result().offset for tp, f in found.items()}
+        listed = admin.list_offsets(wanted, isolation_level=level, request_timeout=timeout)
+        offsets[level] = {tp.partition: f.result().offset for tp, f in listed.items()}
     ends, stables = offsets[IsolationLevel.READ_UNCOMMITTED], offsets[IsolationLevel.READ_COMMITTED]
     found = [StableOffsets(p, stables[p], ends[p]) for p in parts]
     if all(s.held_back == 0 for s in found):

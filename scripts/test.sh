@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite: the code's shape (format, lint, the architecture's import
-# contracts, no logic written twice), chispa unit tests, then integration tests against a real
-# Kafka broker (started by the tests on free ports), real Spark and real Delta tables.
+# contracts, the types, no logic written twice), chispa unit tests, then integration tests against
+# a real Kafka broker (started by the tests on free ports), real Spark and real Delta tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,6 +9,7 @@ bin=.venv/bin
 "$bin/ruff" format --check --quiet . || { echo "ruff format would change the files above: run .venv/bin/ruff format ." >&2; exit 1; }
 "$bin/ruff" check --quiet .
 "$bin/lint-imports" --no-cache >/dev/null || "$bin/lint-imports" --no-cache
+"$bin/mypy" --no-error-summary  # the packages and flags: [tool.mypy] in pyproject.toml
 "$bin/pylint" --disable=all --enable=duplicate-code --min-similarity-lines=6 --score=n \
   pipelines bronze silver gold declaration bench scripts
 exec "$bin/python" -m pytest "$@"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from functools import wraps
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
@@ -125,7 +125,7 @@ def batch_keys(parsed: DataFrame, key: str, partition: str | None) -> DataFrame:
 LONGEST_BOUND = 100  # characters of a string key a key range keeps (Delta's statistics: 32)
 
 
-def key_range(column: Column, lo=None, hi=None) -> Column | None:
+def key_range(column: Column, lo: Any = None, hi: Any = None) -> Column | None:
     """`column` within the batch's key range [lo, hi], or None for no range.
 
     The literal range lets Delta skip every file whose min/max statistics fall outside it, so a
@@ -142,7 +142,9 @@ def key_range(column: Column, lo=None, hi=None) -> Column | None:
     )
 
 
-def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "s") -> Column:
+def key_condition(
+    key: str, lo: Any = None, hi: Any = None, target: str = "t", source: str = "s"
+) -> Column:
     """MERGE condition on the natural key, bounded by a key range (`key_range`) if given."""
     t = F.col(f"{target}.{key}")
     condition = t == F.col(f"{source}.{key}")
@@ -151,7 +153,12 @@ def key_condition(key: str, lo=None, hi=None, target: str = "t", source: str = "
 
 
 def stored_bounds(
-    key: str, partition: str | None, partitions: list, lo=None, hi=None, table: str | None = None
+    key: str,
+    partition: str | None,
+    partitions: list[Any],
+    lo: Any = None,
+    hi: Any = None,
+    table: str | None = None,
 ) -> Column | None:
     """What of the stored events a batch can match: its partitions (the event's own partition,
     e.g. its date) and its key range, on the columns of `table` (an alias) or unqualified; None
@@ -169,9 +176,9 @@ def new_events(
     stored: DataFrame,
     key: str,
     partition: str | None,
-    partitions: list,
-    lo=None,
-    hi=None,
+    partitions: list[Any],
+    lo: Any = None,
+    hi: Any = None,
 ) -> DataFrame:
     """The `events` (one per key) that `stored` does not hold yet: an event is stored once
     however late its re-delivery comes. `stored` is read only within the batch's `stored_bounds`:

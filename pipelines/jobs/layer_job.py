@@ -52,7 +52,7 @@ def run_table_job(
     argv: list[str] | None,
     prog: str,
     doc: str,
-    work: Callable[[SparkSession, LakehouseConf, list[str] | None], None],
+    work: Callable[[SparkSession, LakehouseConf, list[str] | None], object],
 ) -> int:
     """The main of a job on the tables as they are (quality, maintenance): --env, the tables
     (default: all), a session named `lakehouse-<prog>`, then `work`."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -132,7 +133,7 @@ def maintain_table(
     # the writer of a version at the table's checkpoint interval checkpoints it itself: a second
     # checkpoint of it written at once fails Delta's check of what it wrote (a stack trace)
     if snap.version() % _checkpoint_interval(snap) != 0:
-        snap.deltaLog().checkpoint(snap, spark._jvm.scala.Option.empty())
+        snap.deltaLog().checkpoint(snap, cast(Any, spark._jvm).scala.Option.empty())
     return Maintained(
         name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours, not_compacted
     )
@@ -195,7 +196,12 @@ def fragmented_partitions(spark: SparkSession, path: str, columns: tuple[str, ..
     """A predicate selecting the partitions with two or more small files (None: there are none;
     "true": the table is not partitioned and has them), from the log's list of files."""
     min_size = int(
-        spark.conf.get("spark.databricks.delta.optimize.minFileSize", str(DEFAULT_MIN_FILE_SIZE))
+        cast(  # never None: a default is given
+            str,
+            spark.conf.get(
+                "spark.databricks.delta.optimize.minFileSize", str(DEFAULT_MIN_FILE_SIZE)
+            ),
+        )
     )
     files = DataFrame(snapshot(spark, path).allFiles().toDF(), spark)
     fragmented = (
@@ -269,7 +275,8 @@ def retention_hours(
     longer, or longer still to keep what the furthest-behind reader of the table still reads:
     every file removed since the first version it has not read in full."""
     found = snapshot(spark, path)
-    own = spark._jvm.org.apache.spark.sql.delta.DeltaLog.tombstoneRetentionMillis(found.metadata())
+    delta_log = cast(Any, spark._jvm).org.apache.spark.sql.delta.DeltaLog
+    own = delta_log.tombstoneRetentionMillis(found.metadata())
     configured = max(conf.maintenance.vacuum_retention_hours, math.ceil(own / 3_600_000))
     mine = [r for r in readers if r.table_id == found.metadata().id()]
     now = now or datetime.now(UTC)

@@ -29,6 +29,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -298,7 +299,7 @@ def _tried(spark: SparkSession, expression: str) -> Column:
     TryEval, the expression Spark's own try_* functions are made of. Where Spark's internals
     differ, the plain expression (a row on which it fails stops the batch)."""
     try:
-        jvm = spark._jvm
+        jvm: Any = spark._jvm
         utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
         parsed = utils.expression(jvm.org.apache.spark.sql.functions.expr(expression))
         return Column(utils.column(jvm.org.apache.spark.sql.catalyst.expressions.TryEval(parsed)))

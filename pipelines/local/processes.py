@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from subprocess import DEVNULL, STDOUT, Popen
 
+_PRCTL: Callable[..., int] | None
 try:  # resolved before any fork: a child then only calls it
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (AttributeError, OSError):  # not Linux

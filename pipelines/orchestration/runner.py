@@ -352,7 +352,8 @@ def run_on_schedule(
 
 
 def fires_between(schedule: Schedule, first: datetime, end: datetime) -> int:
-    count, fire = 0, first
+    fire: datetime | None = first
+    count = 0
     while fire is not None and fire < end and count < 10_000:
         count, fire = count + 1, schedule.next_after(fire)
     return count

@@ -56,7 +56,9 @@ class Attempt:
 
     @property
     def seconds(self) -> float | None:
-        return self.end_time and (self.end_time - self.start_time).total_seconds()
+        if self.end_time is None:
+            return None
+        return (self.end_time - self.start_time).total_seconds()
 
 
 @dataclass

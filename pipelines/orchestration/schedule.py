@@ -101,8 +101,8 @@ class Schedule:
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after `after` (aware), in the schedule's time zone; None
         when there is none (a year field in the past)."""
-        sec, minute, hour, dom, month, dow, *year = self._fields
-        year = year[0] if year else None
+        sec, minute, hour, dom, month, dow, *years = self._fields
+        year = years[0] if years else None
         zone = ZoneInfo(self.timezone)
         t = after.astimezone(zone).replace(microsecond=0, tzinfo=None) + timedelta(seconds=1)
         day = t.replace(hour=0, minute=0, second=0)

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from delta import exceptions
 from delta.tables import DeltaTable
@@ -74,7 +74,7 @@ def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
 def snapshot(spark: SparkSession, path: str):
     """The Delta log's newest snapshot of the table at `path` (version -1: no table yet), read
     without a Spark job."""
-    jvm = spark._jvm
+    jvm: Any = spark._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
@@ -92,7 +92,7 @@ def read_pinned(spark: SparkSession, path: str, version: int | None = None) -> D
 def has_log(spark: SparkSession, path: str) -> bool:
     """Whether a Delta log exists at `path` (one file system call, without starting Delta's
     log reader: cheap in a new driver)."""
-    jvm = spark._jvm
+    jvm: Any = spark._jvm
     log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
     return bool(log.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log))
 
@@ -110,7 +110,9 @@ def newest_tagged_batch(
     version, log = found.version(), found.deltaLog()
     store, hadoop = log.store(), spark._jsc.hadoopConfiguration()
     while version >= 0:
-        file = spark._jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+        file = cast(Any, spark._jvm).org.apache.hadoop.fs.Path(
+            log.logPath(), f"{version:020d}.json"
+        )
         if not file.getFileSystem(hadoop).exists(file):
             raise JobFailedError(
                 f"cannot tell whether query {query} committed its batch to {path}: the table's "

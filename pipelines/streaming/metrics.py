@@ -13,8 +13,9 @@ its last verdict (the results table). Spark's own metrics are served by its UI b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable as DeltaLake
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -25,6 +26,9 @@ from pipelines import logs
 from pipelines.config import LakehouseConf
 from pipelines.kafka import admin_client, stable_offsets
 from pipelines.streaming.console import kafka_lag_per_partition
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logs.get("metrics")
 # The columns whose newest value is an event's time, by preference: the first a table has.
@@ -55,7 +59,7 @@ def observe(query_name: str, progress) -> None:
 class JobMetrics:
     """A job's metrics registry: progress gauges and counters, and its tables' figures."""
 
-    def __init__(self, conf: LakehouseConf, tables: list[str], topics: list[str] = ()) -> None:
+    def __init__(self, conf: LakehouseConf, tables: list[str], topics: Sequence[str] = ()) -> None:
         self.registry = r = CollectorRegistry()
         q = ["query"]
         self.batches = Counter("lakehouse_batches", "Micro-batches completed", q, registry=r)
@@ -186,7 +190,7 @@ class TableFigures(Collector):
         dt = self._table(self.conf.tables.quality_results)
         if dt is not None:
             results = dt.to_pyarrow_table(columns=["suite", "table", "run_at", "success"])
-            newest: dict[tuple[str, str], tuple[object, bool]] = {}
+            newest: dict[tuple[str, str], tuple[Any, bool]] = {}  # run_at: a datetime
             for row in results.to_pylist():
                 if row["table"] not in self.tables:
                     continue
@@ -210,7 +214,7 @@ class OpenTransactions(Collector):
 
     def __init__(self, conf: LakehouseConf, topics: list[str]) -> None:
         self.conf, self.topics = conf, topics
-        self._admin = None
+        self._admin: AdminClient | None = None
 
     def describe(self) -> list[GaugeMetricFamily]:
         """The families, without samples (no Kafka request)."""

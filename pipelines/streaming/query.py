@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.errors import StreamingQueryException
@@ -37,7 +38,7 @@ def jvm_ignores_sigterm() -> Callable[[], None]:
     leaves the stop to this Python driver, which ends the query between micro-batches; the JVM
     goes when the driver does. (SIGINT already skips pyspark's JVM.)
     """
-    sc = SparkContext._active_spark_context
+    sc: Any = SparkContext._active_spark_context  # None: no JVM, caught below
     try:
         jvm_signal = sc._jvm.sun.misc.Signal
         term = jvm_signal("TERM")

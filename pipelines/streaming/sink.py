@@ -100,9 +100,10 @@ class IdempotentSink:
         self._sessions_of: SparkContext | None = None  # the context they belong to
 
     @property
-    def spark(self) -> SparkSession | None:
-        """The running batch's own session: the transaction confs go there."""
-        return self.context.spark
+    def spark(self) -> SparkSession:
+        """The running batch's own session: the transaction confs go there (set by each batch
+        before any use)."""
+        return self.context.spark  # type: ignore[return-value]
 
     @property
     def steps(self) -> dict[str, float]:
@@ -221,7 +222,7 @@ class IdempotentSink:
             return
         with ThreadPoolExecutor(len(writes), thread_name_prefix="batch-write") as pool:
             futures = [pool.submit(logs.in_this_context(w)) for w in writes]
-        failures = [f.exception() for f in futures if f.exception() is not None]
+        failures = [e for f in futures if (e := f.exception()) is not None]
         if failures:
             raise failures[0]
 

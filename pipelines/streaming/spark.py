@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import cast
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -84,7 +85,7 @@ def local_frame(spark: SparkSession, rows: list, schema: str) -> DataFrame:
     """A DataFrame of a few driver-side rows (dicts by column name, or tuples in the schema's
     order), handed to the JVM as Arrow: `createDataFrame` of Python rows starts Python workers
     to read them back (a second and more in a new driver, CPU in every job after)."""
-    struct = StructType.fromDDL(schema)
+    struct = cast(StructType, StructType.fromDDL(schema))  # a row's schema: a struct
     arrow = to_arrow_schema(struct, timezone="UTC")
     names = struct.fieldNames()
     rows = [
@@ -121,8 +122,8 @@ def session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, old in before.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)

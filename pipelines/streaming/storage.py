@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -17,7 +18,7 @@ class Files:
     """`Files(spark).read_text("s3a://bucket/x/_checkpoints/bronze/offsets/3")`, and so on."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self.jvm = spark._jvm
+        self.jvm: Any = spark._jvm  # py4j's view of the JVM (None only without one)
         self.hadoop = spark._jsc.hadoopConfiguration()
 
     def _fs(self, path: str):

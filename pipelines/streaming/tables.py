@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any, cast
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -131,7 +132,7 @@ def require_tables(spark: SparkSession, needed: Mapping[str, str]) -> None:
 def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
     """Create the table if missing, else bring it to its declaration; returns its path."""
     path = conf.table_path(table.name)
-    wanted = StructType.fromDDL(table.schema)
+    wanted = cast(StructType, StructType.fromDDL(table.schema))  # a table's schema: a struct
     current = _current(spark, path)
     if current is None:
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
@@ -187,7 +188,7 @@ def clustering_columns(spark: SparkSession, path: str) -> tuple[str, ...]:
                 columns = json.loads(d.configuration())["clusteringColumns"]
                 return tuple(".".join(parts) for parts in columns)
         return ()
-    utils = spark._jvm.org.apache.spark.sql.delta.skipping.clustering.ClusteredTableUtils
+    utils = cast(Any, spark._jvm).org.apache.spark.sql.delta.skipping.clustering.ClusteredTableUtils
     found = utils.getClusteringColumnsOptional(current)
     if not found.isDefined():
         return ()
@@ -222,7 +223,7 @@ def _current(spark: SparkSession, path: str) -> tuple[StructType, tuple, dict] |
     found = snapshot(spark, path)
     if found.version() < 0:
         return None
-    meta, java = found.metadata(), spark._jvm.scala.jdk.javaapi.CollectionConverters
+    meta, java = found.metadata(), cast(Any, spark._jvm).scala.jdk.javaapi.CollectionConverters
     return (
         StructType.fromJson(json.loads(meta.schemaString())),
         tuple(java.asJava(meta.partitionColumns())),
