@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import reduce
+from typing import cast
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -29,21 +30,25 @@ class Range:
     @staticmethod
     def covering(lows: Sequence[Number | None], highs: Sequence[Number | None]) -> Range | None:
         """The range of files' (min, max) statistics, widened to 0; None if a file has none."""
-        if None in lows or None in highs:
+        found_lows, found_highs = (
+            [v for v in lows if v is not None],
+            [v for v in highs if v is not None],
+        )
+        if len(found_lows) < len(lows) or len(found_highs) < len(highs):
             return None
-        return Range(min([0, *lows]), max([0, *highs]))  # type: ignore[type-var]
+        return Range(min([0, *found_lows]), max([0, *found_highs]))
 
     def plus(self, lo: Number | None, hi: Number | None) -> Range:
         """The bound once values in [lo, hi] (None: no value) are added to rows within this one."""
         return Range(self.lo + min(0, lo or 0), self.hi + max(0, hi or 0))
 
 
-TableRanges = Mapping[str, Range]  # value column → its range over one table
+TableRanges = dict[str, Range]  # value column → its range over one table
 
 
 def column_types(schema: str) -> dict[str, DataType]:
     """Each column's type in a DDL schema."""
-    return {f.name: f.dataType for f in StructType.fromDDL(schema).fields}
+    return {f.name: f.dataType for f in cast(StructType, StructType.fromDDL(schema)).fields}
 
 
 def proof(

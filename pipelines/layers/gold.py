@@ -12,11 +12,12 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial, reduce
+from typing import cast
 
 import pyarrow as pa
 from delta.tables import DeltaTable
 from deltalake import DeltaTable as DeltaLake
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -49,8 +50,10 @@ TOO_BIG = "a window this event falls in would exceed the value columns"
 class GoldTables:
     stream: str
     events: str  # the silver events it reads
+    key: str  # their key column
     aggregates: dict[str, str]  # configured name -> path
     late: str
+    late_name: str  # configured name of the late-events table
     high_water: str  # gold's own state: the newest event time each batch had seen
     dimensions: dict[str, str]  # role -> path
     checkpoint: str
@@ -59,12 +62,12 @@ class GoldTables:
 
 def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
     stream = conf.stream(stream_name)
-    if not stream.gold_tables or not stream.late_events_table:
+    late, high_water = stream.late_events_table, stream.high_water_table
+    if not stream.gold_tables or not late or not high_water:
         raise InvalidConfigError(
             f"stream {stream_name!r} in {conf.source} has no gold tables: set gold_tables and "
             "late_events_table"
         )
-    late, high_water = stream.late_events_table, stream.high_water_table
     # every gold table keeps its change data feed: the publish job reads its changes from it
     decl = {
         name: _with_change_feed(declared(stream.module(name), name)) for name in stream.gold_tables
@@ -75,11 +78,14 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
         if not stream.enrich:
             raise InvalidConfigError(f"stream {stream_name!r} has dimensions but no enrich module")
         decl[name] = declared_dimension(stream.enrich, name, role)
+    silver = silver_tables(conf, stream)
     return GoldTables(
         stream=stream_name,
-        events=silver_tables(conf, stream).events,
+        events=silver.events,
+        key=importlib.import_module(stream.module(silver.names[0])).KEY,
         aggregates={name: conf.table_path(name) for name in stream.gold_tables},
         late=conf.table_path(late),
+        late_name=late,
         high_water=conf.table_path(high_water),
         dimensions={role: conf.table_path(name) for role, name in stream.dimensions.items()},
         checkpoint=conf.checkpoint_path(f"gold/{stream_name}"),
@@ -129,6 +135,11 @@ def _add_condition(keys: list[str], lo: datetime, hi: datetime) -> F.Column:
     return condition
 
 
+def _one_row(frame: DataFrame) -> Row:
+    """The row of a global aggregate (it always has one)."""
+    return cast(Row, frame.first())
+
+
 def _file_stats_range(files: pa.Table, column: str) -> Range | None:
     """The range of `column` over a Delta table's files (`get_add_actions(flatten=True)`)."""
     lows, highs = (
@@ -169,10 +180,10 @@ class UpsertGold(IdempotentSink):
         stream = conf.stream(tables.stream)
         self.modules = {n: importlib.import_module(stream.module(n)) for n in tables.aggregates}
         self.enrich = importlib.import_module(stream.enrich).enrich if stream.enrich else None
-        self.late_name = stream.late_events_table
+        self.late_name = tables.late_name
         self.late_columns = column_names(tables.declarations[self.late_name].schema)
         self.lateness_s = conf.gold.allowed_lateness_minutes * 60
-        self.key = importlib.import_module(stream.module(stream.events_table)).KEY
+        self.key = tables.key
         self.types = {
             n: overflow.column_types(tables.declarations[n].schema) for n in tables.aggregates
         }
@@ -198,7 +209,8 @@ class UpsertGold(IdempotentSink):
                 frame.unpersist()
             frames = {r: read_pinned(spark, paths[r], v).persist() for r, v in versions.items()}
             self._dimensions = (spark.sparkContext, versions, frames)
-        return self._dimensions[2]
+            return frames
+        return known[2]
 
     def newest_before(self, spark: SparkSession, batch_id: int) -> datetime | None:
         """Newest event time processed by earlier batches (a replay sees the same value)."""
@@ -206,7 +218,7 @@ class UpsertGold(IdempotentSink):
         earlier = rows.where(
             ~((F.col("query_id") == self.query_id()) & (F.col("batch_id") >= batch_id))
         )
-        return earlier.agg(F.max("newest_event_time")).first()[0]
+        return _one_row(earlier.agg(F.max("newest_event_time")))[0]
 
     def write_batch(self, events: DataFrame, batch_id: int) -> None:
         spark, tables = events.sparkSession, self.tables
@@ -223,12 +235,14 @@ class UpsertGold(IdempotentSink):
             self._known = replace(known, at=(self.query_id(), batch_id + 1))
             return
         kept = fitted.kept_out is not None
-        if kept:
+        if fitted.kept_out is not None:
             reason = F.col("_reason")
             late = late.unionByName(kept_out(fitted.kept_out, newest, self.late_columns, reason))
         if self.conf.gold.check_quality_per_batch:
             # a batch that fails a `fail` suite is not written: the query stops on it
-            frames = {name: (df, None) for name, df in fitted.partials.items()}
+            frames: dict[str, tuple[DataFrame, int | None]] = {
+                name: (df, None) for name, df in fitted.partials.items()
+            }
             check_frames(
                 spark, self.conf, frames, self.tables.declarations, scope=f"batch {batch_id}"
             )
@@ -292,7 +306,9 @@ class UpsertGold(IdempotentSink):
             partials = {name: self.cache(m.aggregate(fitting)) for name, m in self.modules.items()}
             if replay or times is not None:
                 after = None  # a replay keeps its decision; a second round proves nothing cheaply
-                times = times or tuple(events.agg(F.max("event_time"), F.min("event_time")).first())
+                times = times or tuple(
+                    _one_row(events.agg(F.max("event_time"), F.min("event_time")))
+                )
             else:
                 with self.step("gold.surely_fit"):
                     after, times = self._surely_fit(events, partials, ranges)
@@ -301,7 +317,7 @@ class UpsertGold(IdempotentSink):
             fitted = _Fitted(partials, out, after, *times)
             if replay or after is not None:
                 return fitted
-            more = [
+            unfit = [
                 fitting.alias("e")
                 .join(
                     self._unfit(spark, name, fitted).alias("g"), overflow.in_window(m.KEY_COLUMNS)
@@ -312,7 +328,7 @@ class UpsertGold(IdempotentSink):
                 )
                 for name, m in self.modules.items()
             ]
-            more = reduce(DataFrame.unionByName, more).dropDuplicates([self.key])
+            more = reduce(DataFrame.unionByName, unfit).dropDuplicates([self.key])
             if more.isEmpty():
                 return fitted
             base = on_time.limit(0).select("*", no_reason) if out is None else out
@@ -330,25 +346,27 @@ class UpsertGold(IdempotentSink):
         ranges = ranges or self._table_ranges()
         times = F.max("event_time").alias("newest"), F.min("event_time").alias("oldest")
         checks = [events.agg(*times)]  # one row per frame, a table's columns prefixed by its index
-        names = list(self.modules) if ranges is not None else []
+        proved = ranges or {}  # none: no proof, the event times only
+        names = [name for name in self.modules if name in proved]
         for i, name in enumerate(names):
             values = self.modules[name].VALUE_COLUMNS
-            row = overflow.proof(partials[name], values, self.types[name], ranges[name])
+            row = overflow.proof(partials[name], values, self.types[name], proved[name])
             checks.append(row.toDF(*[f"{i} {c}" for c in row.columns]))
-        got = reduce(DataFrame.crossJoin, checks).first().asDict()
+        got = _one_row(reduce(DataFrame.crossJoin, checks)).asDict()
         proofs = {
             name: {c.split(" ", 1)[1]: v for c, v in got.items() if c.startswith(f"{i} ")}
             for i, name in enumerate(names)
         }
-        if ranges is None or not all(p["fit"] for p in proofs.values()):
+        if not proofs or not all(p["fit"] for p in proofs.values()):
             return None, (got["newest"], got["oldest"])
-        after = {name: overflow.ranges_after(ranges[name], p) for name, p in proofs.items()}
+        after = {name: overflow.ranges_after(proved[name], p) for name, p in proofs.items()}
         return after, (got["newest"], got["oldest"])
 
     def _table_ranges(self) -> dict[str, TableRanges] | None:
         """Each value column's range over each gold table, from its files' statistics; None if
         one is missing."""
-        ranges, options = {}, self.conf.delta_rs_options()
+        ranges: dict[str, TableRanges] = {}
+        options = self.conf.delta_rs_options()
         for name, module in self.modules.items():
             path = self.tables.aggregates[name]
             try:  # the files' statistics, by delta-rs; if it cannot read them, the exact check
@@ -365,9 +383,10 @@ class UpsertGold(IdempotentSink):
                 return None
             files = pa.table(files)
             table = {v: _file_stats_range(files, v) for v in module.VALUE_COLUMNS}
-            if None in table.values():
+            known = {v: r for v, r in table.items() if r is not None}
+            if len(known) < len(table):
                 return None
-            ranges[name] = table
+            ranges[name] = known
         return ranges
 
     def _unfit(self, spark: SparkSession, name: str, fitted: _Fitted) -> DataFrame:
@@ -388,7 +407,9 @@ class UpsertGold(IdempotentSink):
     ) -> None:
         """MERGE a batch's partial aggregates into their table, adding to existing window rows."""
         module, (lo, hi) = self.modules[name], starts
-        values = {v: F.col(f"t.{v}") + F.col(f"s.{v}") for v in module.VALUE_COLUMNS}
+        values: dict[str, str | Column] = {
+            v: F.col(f"t.{v}") + F.col(f"s.{v}") for v in module.VALUE_COLUMNS
+        }
         self.transaction(
             name,
             batch_id,

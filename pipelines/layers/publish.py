@@ -29,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -253,9 +254,15 @@ class GoldPublisher:
         Once messages of a transaction timed out (Kafka unreachable longer than
         transaction_timeout_s), librdkafka's producer fails its next transactions with skipped
         sequence numbers; a new one starts clean."""
-        self.producer.purge()
-        self.producer.flush(0)
+        self._live().purge()
+        self._live().flush(0)
         self.producer = None
+
+    def _live(self) -> Producer:
+        """The producer `open` started (or the next round, after an aborted transaction)."""
+        if self.producer is None:
+            raise JobFailedError(f"publish of stream {self.stream_name!r}: no producer started")
+        return self.producer
 
     def close(self) -> None:
         if self.producer is not None:
@@ -347,7 +354,7 @@ class GoldPublisher:
         """Abort the open transaction if there is one (a failure here changes nothing: a
         restart's fencing aborts it)."""
         try:
-            self.producer.abort_transaction(self.conf.kafka.request_timeout_s)
+            self._live().abort_transaction(self.conf.kafka.request_timeout_s)
         except KafkaException:
             pass
 
@@ -362,7 +369,7 @@ class GoldPublisher:
         """The error itself, or for librdkafka's "fatal error" the one that was fatal."""
         if err is not None and err.code() == KafkaError._FATAL:
             try:
-                self.producer.poll(0)  # serves the error callback, or raises the fatal error
+                self._live().poll(0)  # serves the error callback, or raises the fatal error
             except KafkaException as e:
                 return _kafka_error(e) or self.fatal or err
             return self.fatal or err
@@ -373,18 +380,18 @@ class GoldPublisher:
         leader or coordinator moving): its outcome is then still open, never guessed."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                self.producer.commit_transaction(self.conf.publish.transaction_timeout_s)
+                self._live().commit_transaction(self.conf.publish.transaction_timeout_s)
                 return
             except KafkaException as e:
                 err = _kafka_error(e)
                 retry = err is not None and err.retriable() and not err.txn_requires_abort()
-                if not retry or err.fatal() or attempt == ATTEMPTS:
+                if err is None or not retry or err.fatal() or attempt == ATTEMPTS:
                     raise
                 log.warning("commit not acknowledged (%s): attempt %d", err.str(), attempt + 1)
 
     def _abort(self) -> None:
         try:
-            self.producer.abort_transaction(self.conf.kafka.request_timeout_s * 4)
+            self._live().abort_transaction(self.conf.kafka.request_timeout_s * 4)
         except KafkaException as e:
             err = self._cause(_kafka_error(e))
             if _fenced(err):
@@ -397,7 +404,7 @@ class GoldPublisher:
     def _transaction(self, plan: list[Step]) -> Round:
         """One Kafka transaction: every step's messages, then every table's position."""
         started = time.perf_counter()
-        producer, done = self.producer, Round()
+        producer, done = self._live(), Round()
         failures: list[str] = []
 
         def delivered(err, msg) -> None:
@@ -462,7 +469,8 @@ def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
     """When a version of the table was committed (Delta's history), in epoch milliseconds."""
     found = snapshot(spark, path)
     log_ = found.deltaLog()
-    file = spark._jvm.org.apache.hadoop.fs.Path(log_.logPath(), f"{version:020d}.json")
+    jvm = cast(Any, spark._jvm)  # set while the session runs
+    file = jvm.org.apache.hadoop.fs.Path(log_.logPath(), f"{version:020d}.json")
     try:
         text = log_.store().read(file, spark._jsc.hadoopConfiguration()).mkString("\n")
     except Exception:  # noqa: BLE001 (cleaned up: no figure)
@@ -507,10 +515,10 @@ def _newest_value(consumer: Consumer, tp: TopicPartition, key: str, timeout: flo
         msg = consumer.poll(1.0)
         if msg is None:
             continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+        if (error := msg.error()) is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
                 return newest
-            raise JobFailedError(f"reading {tp.topic}: {msg.error().str()}")
+            raise JobFailedError(f"reading {tp.topic}: {error.str()}")
         if msg.key() == wanted and msg.value() is not None:
             newest = msg.value()
     raise JobFailedError(f"reading {tp.topic}: not at its end after {timeout * 4:.0f}s")
