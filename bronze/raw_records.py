@@ -21,8 +21,8 @@ TABLE = Declaration(
     ),
     # The change feed gives each row the commit that added it and that commit's time
     # (`_commit_timestamp`): freshness per record, at no cost to an append. Not row tracking:
-    # Delta 4.4 rebuilds the table's whole state on every commit to a table that has it (~0.7 s
-    # an append).
+    # Delta 4.4 rebuilds the table's whole state on every commit to a table that has it
+    # (bench/RESULTS.md, "Figures behind code choices").
     properties={"delta.appendOnly": "true", "delta.enableChangeDataFeed": "true"},
 )
 RAW_COLUMNS = column_names(TABLE.schema)

@@ -1,16 +1,9 @@
 """Typed, per-environment configuration: `conf/<env>.yaml`, overridden by environment variables.
 
-Sources, highest first: LAKEHOUSE__* variables, `conf/<env>.yaml`, the defaults below. A YAML
-value must have its key's type; a variable's text is parsed by it ("0123" is a string or 123, ""
-is null; a list is written as in YAML, `[a, b]`). Errors name the key and the file or variable
-its value came from.
-
-Environment variables:
-    LAKEHOUSE_ENV            environment name, i.e. which `conf/<env>.yaml` (default `local`)
-    LAKEHOUSE_CONF_DIR       folder holding the YAML files (default: the repository's `conf/`)
-    LAKEHOUSE__A__B=value    overrides key `a.b` (double underscores separate levels), e.g.
-                             LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS=broker1:9092,broker2:9092
-    LAKEHOUSE_KAFKA_SASL_PASSWORD   the SASL password; secrets never come from files.
+Sources, highest first: LAKEHOUSE__* variables (`LAKEHOUSE__A__B` sets `a.b`), `conf/<env>.yaml`,
+the defaults below; secrets come only from the environment. Errors name the key and where its
+value came from. Parsing and the variables: docs/configuration.md, "Every key is checked", and
+docs/configuration.md, "Environment variables".
 """
 
 from __future__ import annotations
@@ -185,7 +178,8 @@ class LocalBrokerConf(_Section):
     data_dir: str = ".lakehouse/kafka/local"
     heap: Size = "768m"
     # more JVM options for each node and the storage tool that formats it, e.g.
-    # `-XX:TieredStopAtLevel=1` (the tests': a node starts on 4.9 core-s instead of 8.5)
+    # `-XX:TieredStopAtLevel=1` (the tests': a node starts on less CPU,
+    # bench/RESULTS.md, "Figures behind code choices")
     jvm_options: list[str] = []
     start_timeout_s: Count = 90
 

@@ -42,8 +42,8 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta rebuilds a table's state after each commit ("Compute snapshot for version") with
         # this many tasks, each generating code for the log's wide schema: the log of a streaming
-        # table is small, and one task instead of 4 makes a 3,000-record pipeline batch 10-15%
-        # faster (Delta's default of 50 made every micro-batch 3x slower).
+        # table is small, and one task makes a pipeline batch faster than 4 or Delta's default of
+        # 50 (bench/RESULTS.md, "Figures behind code choices").
         "spark.databricks.delta.snapshotPartitions": "1",
         # When the JVM's time zone is not UTC, Delta checks the file list it keeps in the
         # checksum of a table under 50 files against a rebuild of the table's state after each
@@ -53,15 +53,15 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
         # A stage whose generated method is larger than HotSpot compiles (8,000 bytes of bytecode)
         # runs interpreted, row by row: the limit Spark's docs advise on HotSpot makes Spark run
-        # such a stage through smaller compiled projections instead (silver's parse of 500,000
-        # records: 7.9 -> 6.2 s on 2 cores).
+        # such a stage through smaller compiled projections instead, which is faster
+        # (bench/RESULTS.md, "Figures behind code choices").
         "spark.sql.codegen.hugeMethodLimit": "8000",
         # Spark keeps 100 generated classes; a pipeline batch's plans (parse, gold, Delta's own
-        # log queries, MERGEs) need more, so each batch compiled most of its classes anew: at
-        # 3,000 records/s, 1,328 compilations in 112 s with 100, about 380 in 150 s with 2,000.
+        # log queries, MERGEs) need more, so each batch compiled most of its classes anew with 100
+        # (bench/RESULTS.md, "Figures behind code choices").
         "spark.sql.codegen.cache.maxEntries": "2000",
-        # A micro-batch's cached frames live for one batch: compressing them costs more than the
-        # memory it saves (silver's parse, cached and counted, 500,000 records: 9.5 -> 8.0 s).
+        # A micro-batch's cached frames live for one batch: compressing them costs more time than
+        # the memory it saves is worth (bench/RESULTS.md, "Figures behind code choices").
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.sql.debug.maxToStringFields": "200",

@@ -274,7 +274,8 @@ def parse_events(raw: DataFrame) -> DataFrame:
 def _parse() -> tuple[list[dict[str, Column]], list[Column]]:
     """The projections of `parse_events`, in order, and its rows' columns. Each step is its own
     projection, which Spark keeps apart because the next one reads its columns many times:
-    inlined, the shape was computed once per field (5 times slower)."""
+    inlined, the shape was computed once per field, much slower
+    (bench/RESULTS.md, "Figures behind code choices")."""
     plain, is_plain = plain_fields(F.col("value"), F.col("_shape"))
     stages = [
         {"_texts": flat_texts(F.col("value"))},

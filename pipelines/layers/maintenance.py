@@ -1,22 +1,10 @@
 """Table maintenance: the small files of many micro-batches compacted (and laid out as the table
 declares), the files no version within the retention needs removed, the log checkpointed.
 
-`lakehouse maintain [TABLE ...]` (every declared table that exists, by default), or the shipped
-job `conf/jobs/maintenance.yaml` on its schedule. Compaction (OPTIMIZE) commits with
-`dataChange=false`: streaming readers of the table skip it. It retries when a concurrent write
-conflicts, as the layers' writes do, each retry started right after the table's next commit: a
-MERGE that rewrites the files OPTIMIZE reads fails it, and a stream MERGEs every few seconds, so
-OPTIMIZE gets the whole interval between two of its commits. One that still loses
-`OPTIMIZE_ATTEMPTS` races leaves the table uncompacted until the next run (a warning), and the
-rest of its maintenance and the other tables' goes on. A table declared with `cluster_by` is
-clustered by it (liquid clustering, incremental); one with `zorder_by` is Z-ordered within the
-partitions that new writes left in several small files (Z-ordering rewrites a whole partition: the
-others stay as they are).
-
-VACUUM keeps every file a version younger than `maintenance.vacuum_retention_hours` needs (at
-least Delta's 7 days: time travel, checkpoint recovery), and more when a streaming reader of the
-table is further behind: every checkpoint under the storage root is read, and the retention grows
-to cover the oldest version one of them has still to read.
+`lakehouse maintain [TABLE ...]` or the shipped job `conf/jobs/maintenance.yaml`, beside the
+streaming jobs: OPTIMIZE retried right after the table's next commit (`OPTIMIZE_ATTEMPTS`),
+VACUUM keeping what a lagging streaming reader still needs. The rules:
+docs/operations.md, "Table maintenance".
 """
 
 from __future__ import annotations
@@ -327,14 +315,14 @@ def _commit_info(spark: SparkSession, found, version: int) -> dict:
 
 
 def _vacuum(spark: SparkSession, conf: LakehouseConf, name: str, path: str, hours: int) -> int:
-    """VACUUM, LITE (the files the log says were removed: ~1 s here, where a FULL listing of the
-    storage takes 35-45 s on a 12-file table) unless `maintenance.vacuum_full` or the log no
-    longer holds what LITE needs; returns how many files it deleted (its VACUUM END commit's
+    """VACUUM, LITE (the files the log says were removed, far faster than listing the storage:
+    bench/RESULTS.md, "Figures behind code choices") unless `maintenance.vacuum_full` or the log
+    no longer holds what LITE needs; returns how many files it deleted (its VACUUM END commit's
     `numDeletedFiles`)."""
     mode = "FULL" if conf.maintenance.vacuum_full else "LITE"
     vacuum = f"VACUUM delta.`{path}` {{mode}} RETAIN {hours} HOURS"
     # Delta 4.4 ignores RETAIN unless this is off, and keeps only the table's own retention: a
-    # reader further behind would lose files (the soak's maintenance logs said so)
+    # reader further behind would lose files it has still to read
     with session_conf(spark, RETAIN_IGNORED, "false"):
         try:
             spark.sql(vacuum.format(mode=mode)).collect()

@@ -1,23 +1,10 @@
 """The publish job: every change of each gold table of a stream to its compacted Kafka topic,
 exactly once, in the order of the table's versions.
 
-Exactly once by Kafka's own transactions, the results and their position in one transactional
-store:
-- one transactional producer per stream, its `transactional.id` named after the stream's
-  published topic (`published_topic`). Each transaction carries the changes of the gold versions
-  it publishes (read from each table's change data feed, never computed a second time) and, in
-  the published topic, the last version published of every table: both commit, or neither;
-- at start, `init_transactions` fences every earlier producer of the same id (a job killed, or one
-  still running that lost its lease) and aborts its open transaction; the versions published are
-  then read back from the published topic, read committed, and publication resumes right after
-  them, whatever instant the last run died at;
-- a table never published before begins with its rows at its current version (`snapshot`), then
-  its changes;
-- a second copy of the job on the same stream is refused by the lease of its checkpoint folder
-  (`_checkpoints/publish/<stream>`); one that took a stale lease over fences the first in Kafka,
-  which stops at its next transaction, saying so.
-A consumer reading a gold topic `read_committed` sees each change once, in version order (in one
-partition, the default, across keys too); folded by key, the topic is the table.
+One transactional producer per stream (`transactional.id` after `published_topic`) commits each
+version's changes, read from the change data feed, with the last version published of every
+table; at start it fences earlier producers and resumes after what was committed. How, and what
+a consumer sees: docs/guarantees.md, "Gold to Kafka, exactly once".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """The silver job: a stream's bronze raw records to typed events, current state and quarantine.
 
-Generic over streams: the stream's events module parses and validates (`parse_events`, `KEY`),
-its state module says what the current state is (`current_state`, `is_newer`, `KEY`); whatever
-the stream, an event more than `silver.max_clock_skew_minutes` ahead of its record's Kafka
-timestamp is invalid (`with_clock_bound`). Each micro-batch is parsed once, then written up to
-twice, each write made once per batch by the shared sink (the batch its commit records), so a
-replayed batch changes nothing, not even a table version:
-- invalid records are appended to the quarantine table with their reason, and so are those
-  whose typed row the events or state table would refuse (a NOT NULL column, a CHECK constraint
-  added at any time: both read from the table's metadata each batch; a constraint added to the
-  state table after an event was stored stops the state query on it, naming the batch);
-- valid events, deduplicated within the batch, that the events table does not hold yet (an
-  anti-join on their key, pruned to the event's partition and the batch's key range) are
-  appended to it: an event is stored once however late its re-delivery comes, with no streaming
-  state to grow. The check is read before the batch's writes and the append is the batch's only
-  write to the table, so a re-run finds the same events until the append commits; the pipeline
-  job hands them to gold first, which it writes before this append. A table has one writer (the
-  job holding its checkpoint's lease): nothing else inserts keys between the check and the append.
-The state table (a MERGE, the costliest write) follows the events table in a query of its own
-(`UpsertState`, `run_with_state`), as in the pipeline job: the newest version per state key of the
-events table's new rows replaces a row only with a newer version (for orders: higher seq; ties:
-later event_time, then greater event_id), every `silver.state_trigger_interval`.
+Generic over streams: the stream's events module parses and validates (`parse_events`, `KEY`), its
+state module says what the current state is (`current_state`, `is_newer`, `KEY`). Each batch is
+parsed once; invalid records and rows a table would refuse go to the quarantine, new events are
+appended once each, and a query of its own MERGEs them into the state table (`UpsertState`).
+How each write stays exactly once: docs/guarantees.md, "Silver".
 """
 
 from __future__ import annotations

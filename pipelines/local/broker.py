@@ -1,18 +1,9 @@
 """The local Apache Kafka in KRaft mode, run from Kafka's own Maven Central jars: one node, or a
 cluster of `local_broker.brokers` nodes on loopback ports, each a broker and a controller.
 
-`lakehouse kafka start | stop | status`. Data, logs and the pid file of each node live in
-`local_broker.data_dir` (a cluster's node i in `node-<i>` under it); starting twice is fine, and
-starting a cluster with a node down starts that node; `start` returns only once every broker is
-registered and answers.
-
-With `local_broker.security_protocol: SASL_SSL` clients reach it over TLS only, verified against a
-CA of its own (`data_dir/security/tls/ca.pem`), and log in with SCRAM (`kafka.sasl_mechanism`) as
-`kafka.sasl_username`, the password from LAKEHOUSE_KAFKA_SASL_PASSWORD: its credential is set to
-the current password at every start, the cluster running or not, and `start` returns once every
-broker takes it. The brokers talk to each other over TLS as a user of their own, created when the
-storage is formatted (Kafka's own tool, its salted password in a private argument file, never on
-a command line), and to the controllers over mutual TLS.
+`lakehouse kafka start | stop | status`; starting twice is fine, and `start` returns only once
+every broker is registered and answers (with SASL_SSL, once each takes the current password).
+What they do: docs/kafka.md, "The local broker", and docs/kafka.md, "A secured broker".
 """
 
 from __future__ import annotations

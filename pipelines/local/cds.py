@@ -1,12 +1,9 @@
 """A class-data-sharing (CDS) archive of a Spark driver's classes, so that drivers start sooner.
 
-A driver loads some 20,000 classes (Spark, Delta, the Kafka source, S3A) before its first query.
-Started with an archive of them, the JVM maps them in instead: here a session starts ~1.8 s
-sooner and its first Delta query ~1.6 s sooner, which every job start, restart after a kill,
-multi-task job task and notebook kernel pays. `lakehouse setup` dumps the archive once per JDK,
-pyspark and jar set (a short warm-up driver, `pipelines/jobs/warm_up.py`, run with
-`-XX:ArchiveClassesAtExit`); a driver uses it when it exists. A JVM that cannot use it (another
-JDK build, another classpath) ignores it and starts as it did without it.
+`lakehouse setup` dumps the classes a driver loads once per JDK, pyspark and jar set (a warm-up
+driver, `pipelines/jobs/warm_up.py`, run with `-XX:ArchiveClassesAtExit`); a driver maps them in
+when the archive exists, and a JVM that cannot use it starts as without it. Why:
+docs/development.md, "The set-up"; the time saved: bench/RESULTS.md, "Figures behind code choices".
 """
 
 from __future__ import annotations
@@ -56,8 +53,8 @@ def archive_java_options() -> str:
 
 # A driver's work is throughput: batches of plans and tasks, none waiting on a pause of a few
 # milliseconds. The parallel collector spends no thread on concurrent marking, which G1 (the JVM's
-# default) does on the same cores: a 450,000-record pipeline drain, its collector threads' CPU
-# 18 core-s with it and 36 with G1 (`bench/batch_cost.py`).
+# default) does on the same cores: half the collector CPU of G1 on a pipeline drain
+# (bench/RESULTS.md, "Figures behind code choices").
 GC = "-XX:+UseParallelGC"
 
 

@@ -206,7 +206,7 @@ def _retrieve(dependencies: list[tuple[str, str, str]], target: Path, excludes: 
 def spark_jars(*, s3: bool = True, verify: bool = True) -> list[Path]:
     """Delta and the Kafka source (and S3A, with `s3`) with their dependencies, minus the
     libraries pyspark ships, and the project's JVM classes. Without S3A a Spark process starts
-    ~2 s sooner (38 jars fewer to load)."""
+    sooner, with 38 jars fewer to load (bench/RESULTS.md, "Figures behind code choices")."""
     excludes = [
         f'org="org.apache.spark" module="spark-{m}_{SCALA}"' for m in ("core", "sql", "catalyst")
     ]

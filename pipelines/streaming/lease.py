@@ -1,12 +1,9 @@
 """One running copy per checkpoint: a lease in the checkpoint, renewed while the job runs.
 
-The lease lives with the checkpoint and goes through Hadoop's FileSystem like the checkpoint, so it
-holds for jobs on several machines. Leases are numbered files, `_lease/<n>`; the highest number
-holds. A job takes the next number with an exclusive create (`Files.create_new`: `O_EXCL` on a
-local disk, a conditional PUT on S3, the store's own exclusive create elsewhere), so of two jobs
-starting together exactly one gets it, on one machine or several. A lease not renewed for
-`TTL_S` seconds, or held by a process of this host that is gone, is stale: the next job takes
-the next number.
+Leases are numbered files, `_lease/<n>`, the highest holding, each taken by an exclusive create
+(`Files.create_new`); one not renewed for `TTL_S` seconds, or held by a process of this host that
+is gone, is stale and the next number takes over. Why it holds across machines:
+docs/guarantees.md, "Two copies of one job".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """OpenLineage events of the layer jobs: each job run and each of its micro-batches, START then
 COMPLETE (FAIL, or ABORT for a batch left to the next run), naming what it reads and writes.
 
-A micro-batch is a run of its own (job `<layer>-<stream>.micro_batch`) whose parent is the job's
-run; its `lakehouse_microBatch` facet gives the batch and query ids. Datasets follow OpenLineage's
-naming: a Kafka topic in `kafka://<first bootstrap server>`, a table on a local disk in `file`
-(its absolute path), on S3 in `s3://<bucket>` (its key prefix). Events go to a file (JSON lines,
-`lineage.file`, by default `<log dir>/lineage.jsonl`) or to an HTTP endpoint (`lineage.url`, e.g.
-Marquez). An event that cannot be sent is logged, never a reason to stop a job.
+Dataset names, facets and where events go: docs/monitoring.md, "Lineage (OpenLineage)". An event
+that cannot be sent is logged, never a reason to stop a job.
 """
 
 from __future__ import annotations

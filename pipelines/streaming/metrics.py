@@ -1,13 +1,8 @@
 """The lakehouse's own Prometheus metrics of a long-running layer job, at its fixed port.
 
-Per query, from each micro-batch's progress: batches and input rows (counters), input and
-processed rows/s, batch duration, and the Kafka lag of each partition (the newest offset the job
-may read less the batch's end offset: under read_committed the last stable offset, so records
-behind a transaction still open are not lag). Per topic a job reads, at each scrape: the offsets
-that transactions still open hold back, and how long the oldest of them has been open. Per table the job writes, read from the table's own log at each scrape
-(delta-rs, no Spark job): rows, version, the time of the newest commit (Delta's history) and of
-the newest event committed (the log's column statistics). Per data-quality suite on those tables,
-its last verdict (the results table). Spark's own metrics are served by its UI beside these.
+Per query, from each micro-batch's progress; per topic it reads, its open transactions; per table
+it writes, from the table's own log at each scrape (delta-rs, no Spark job); per data-quality
+suite, its last verdict. Each metric: docs/monitoring.md, "Metrics for Prometheus".
 """
 
 from __future__ import annotations

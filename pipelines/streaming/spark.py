@@ -105,9 +105,9 @@ def _aware(value):
 
 # Spark generates and compiles Java for each projection outside whole-stage code generation, per
 # task: a fixed cost that dominates small jobs (Delta's log replay, a MERGE of a few rows) and
-# that interpreted projections skip, at a cost per row. Pipeline batches on 2 cores, all steps
-# interpreted: 3,000 records 13.5 -> 11.6 s, 60,000 records 21.6 -> 18.9 s; the state MERGE
-# alone was slower (3.3 -> 3.7 s, 5.6 -> 6.0 s), and a 10M-record bronze append took twice as long.
+# that interpreted projections skip, at a cost per row: a small pipeline batch's writes run
+# faster interpreted, the state MERGE and a large append slower
+# (bench/RESULTS.md, "Figures behind code choices").
 FACTORY_MODE = "spark.sql.codegen.factoryMode"  # an internal Spark setting, tested both ways
 INTERPRETED = {FACTORY_MODE: "NO_CODEGEN"}
 COMPILED = {FACTORY_MODE: "FALLBACK"}  # Spark's default

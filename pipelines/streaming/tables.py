@@ -1,19 +1,10 @@
 """Tables declared once and created by one function, their changes applied or refused, never ignored.
 
 A table is declared next to the layer that owns it, by one typed value in the module named after
-it: `TABLE = Declaration(schema=..., ...)` (`declaration.Declaration`, which the layer packages
-may import: they import nothing of `pipelines`). Its fields: `schema` (Spark DDL, the one
-notation, `NOT NULL` where a value is required), and optionally `partitioned_by`, `properties`,
-`expectations` (Great Expectations 1.x expectation names with their arguments) with `prepare`
-(the derived columns they read), and the layout maintenance keeps: `cluster_by` (liquid
-clustering, for an unpartitioned table: Delta refuses both) or `zorder_by` (within the partitions
-of a partitioned one). A module that declares more than one table names each other one
-(`GAPS` in `bronze/raw_records.py`); an enrich module declares its dimension tables by role
-(`DIMENSIONS`). The configuration gives the table its name (`silver/orders`), from which its path
-follows.
-
-`ensure_table` creates a missing table; on an existing one it applies what Delta allows (a new
-nullable column, a new or changed property, new clustering columns) and refuses anything else with a readable difference.
+it: `TABLE = Declaration(schema=..., ...)` (`declaration.Declaration`; Spark DDL, `NOT NULL` where
+a value is required). `ensure_table` creates a missing table; on an existing one it applies what
+Delta allows (a new nullable column, property or clustering columns) and refuses anything else
+with a readable difference. The fields: ARCHITECTURE.md, "One sink, one way to declare a table".
 """
 
 from __future__ import annotations
@@ -177,7 +168,7 @@ def clustering_columns(spark: SparkSession, path: str) -> tuple[str, ...]:
     """The liquid clustering columns of the Delta table at `path` (none: not clustered), from
     its clustering domain: in the version's checksum when it lists the table's domains (no
     Spark job), else from the snapshot's computed state, as Delta 4.4 reads a domain: a state
-    rebuild, 3.3 of the 24 core-s of a silver job's start that had nothing to do."""
+    rebuild, a cost at every job start (bench/RESULTS.md, "Figures behind code choices")."""
     current = snapshot(spark, path)
     checksum = current.checksumOpt()
     domains = checksum.get().domainMetadata() if checksum.isDefined() else None
