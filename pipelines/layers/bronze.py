@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -37,6 +38,7 @@ from bronze.raw_records import (
 from pipelines.config import LakehouseConf, StreamConf
 from pipelines.errors import JobFailedError
 from pipelines.kafka import (
+    PartitionWatermarks,
     kafka_failure,
     redacted,
     spark_kafka_options,
@@ -150,25 +152,30 @@ class AppendRawRecords(IdempotentSink):
 
     cache_batch = False  # written once, as it comes
 
-    def __init__(self, conf: LakehouseConf, stream: StreamConf, tables: BronzeTables) -> None:
+    def __init__(
+        self,
+        tables: BronzeTables,
+        topic: str,
+        watermarks: Callable[[], list[PartitionWatermarks]] | None = None,
+    ) -> None:
+        """`watermarks` (the topic's, read committed where the stream is): record the gaps of
+        each batch (bronze.on_data_loss `record`)."""
         super().__init__(tables.checkpoint)
-        self.conf = conf
-        self.stream = stream
-        self.tables = tables
-        self.record_gaps = conf.bronze.on_data_loss == "record"
+        self.tables, self.topic, self.watermarks = tables, topic, watermarks
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         self.append(batch, self.tables.name, self.tables.raw, batch_id)
-        if self.record_gaps:
-            self._record_batch_gaps(batch.sparkSession, batch_id)
+        if self.watermarks is not None:
+            self._record_batch_gaps(batch.sparkSession, batch_id, self.watermarks())
 
-    def _record_batch_gaps(self, spark: SparkSession, batch_id: int) -> None:
+    def _record_batch_gaps(
+        self, spark: SparkSession, batch_id: int, watermarks: list[PartitionWatermarks]
+    ) -> None:
         """Gaps inside this batch's offset range: Kafka deleted them before Spark read them."""
-        topic = self.stream.topic
+        topic = self.topic
         files, checkpoint = Files(spark), self.tables.checkpoint
         start = checkpoints.batch_start_offsets(files, checkpoint, batch_id, topic) or {}
         end = checkpoints.batch_end_offsets(files, checkpoint, batch_id, topic) or {}
-        watermarks = topic_watermarks(self.conf, topic, self.stream.isolation_level)
         low = {w.partition: w.low for w in watermarks}
         gaps = []
         for p, s in start.items():
@@ -189,6 +196,16 @@ class AppendRawRecords(IdempotentSink):
             if last_missing >= s:
                 gaps.append(OffsetGap(topic, p, s, last_missing))
         record_gaps(spark, self.tables.gaps, gaps, f"batch {batch_id}")
+
+
+def bronze_sink(conf: LakehouseConf, stream: StreamConf, tables: BronzeTables) -> AppendRawRecords:
+    """The bronze sink of `tables`; it records gaps when bronze.on_data_loss is `record`."""
+
+    def watermarks() -> list[PartitionWatermarks]:
+        return topic_watermarks(conf, stream.topic, stream.isolation_level)
+
+    record = conf.bronze.on_data_loss == "record"
+    return AppendRawRecords(tables, stream.topic, watermarks if record else None)
 
 
 def start_bronze(
@@ -213,7 +230,7 @@ def start_bronze(
     topic = stream.topic
     # names the broker if it is unreachable, the topic if it is missing
     watermarks = topic_watermarks(conf, topic, stream.isolation_level)
-    sink = sink or AppendRawRecords(conf, stream, tables)
+    sink = sink or bronze_sink(conf, stream, tables)
     if not has_log(spark, tables.raw):
         # a new table is created while the query starts, and the first write waits for it: a
         # first run pays Delta's cold start once, not before the query and again in its batch
@@ -285,7 +302,7 @@ def run_bronze(
     """
     stream = conf.stream(stream_name)
     tables = bronze_tables(conf, stream)
-    sink = AppendRawRecords(conf, stream, tables)
+    sink = bronze_sink(conf, stream, tables)
     return run_query(
         spark,
         conf,

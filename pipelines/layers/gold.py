@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial, reduce
@@ -58,6 +59,20 @@ class GoldTables:
     dimensions: dict[str, str]  # role -> path
     checkpoint: str
     declarations: dict[str, Table]  # configured name -> declaration, of every table above
+    modules: dict[str, str]  # gold table -> the module of its aggregate
+    enrich: str | None  # the module joining the dimensions
+
+
+Frames = dict[str, tuple[DataFrame, int | None]]
+
+
+@dataclass(frozen=True)
+class GoldSettings:
+    """What the gold sink needs of the configuration, resolved where it is read (`gold_sink`)."""
+
+    lateness_s: int  # gold.allowed_lateness_minutes, in seconds
+    storage_options: dict[str, str] | None  # delta-rs's, to read the tables' file statistics
+    check: Callable[[SparkSession, Frames, str], None] | None  # per-batch quality checks
 
 
 def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
@@ -90,6 +105,8 @@ def gold_tables(conf: LakehouseConf, stream_name: str = "orders") -> GoldTables:
         dimensions={role: conf.table_path(name) for role, name in stream.dimensions.items()},
         checkpoint=conf.checkpoint_path(f"gold/{stream_name}"),
         declarations=decl,
+        modules={name: stream.module(name) for name in stream.gold_tables},
+        enrich=stream.enrich,
     )
 
 
@@ -174,15 +191,14 @@ class _Fitted:
 class UpsertGold(IdempotentSink):
     """foreachBatch sink of the gold job; see the module docstring."""
 
-    def __init__(self, conf: LakehouseConf, tables: GoldTables) -> None:
+    def __init__(self, tables: GoldTables, settings: GoldSettings) -> None:
         super().__init__(tables.checkpoint)
-        self.tables, self.conf, self._warned = tables, conf, False
-        stream = conf.stream(tables.stream)
-        self.modules = {n: importlib.import_module(stream.module(n)) for n in tables.aggregates}
-        self.enrich = importlib.import_module(stream.enrich).enrich if stream.enrich else None
+        self.tables, self.settings, self._warned = tables, settings, False
+        self.modules = {n: importlib.import_module(m) for n, m in tables.modules.items()}
+        self.enrich = importlib.import_module(tables.enrich).enrich if tables.enrich else None
         self.late_name = tables.late_name
         self.late_columns = column_names(tables.declarations[self.late_name].schema)
-        self.lateness_s = conf.gold.allowed_lateness_minutes * 60
+        self.lateness_s = settings.lateness_s
         self.key = tables.key
         self.types = {
             n: overflow.column_types(tables.declarations[n].schema) for n in tables.aggregates
@@ -238,14 +254,10 @@ class UpsertGold(IdempotentSink):
         if fitted.kept_out is not None:
             reason = F.col("_reason")
             late = late.unionByName(kept_out(fitted.kept_out, newest, self.late_columns, reason))
-        if self.conf.gold.check_quality_per_batch:
+        if self.settings.check is not None:
             # a batch that fails a `fail` suite is not written: the query stops on it
-            frames: dict[str, tuple[DataFrame, int | None]] = {
-                name: (df, None) for name, df in fitted.partials.items()
-            }
-            check_frames(
-                spark, self.conf, frames, self.tables.declarations, scope=f"batch {batch_id}"
-            )
+            frames: Frames = {name: (df, None) for name, df in fitted.partials.items()}
+            self.settings.check(spark, frames, f"batch {batch_id}")
         newest_after = max(x for x in (newest, fitted.newest) if x is not None)
         high_water = local_frame(
             spark, [(self.query_id(), batch_id, newest_after)], gold.late_events.HIGH_WATER.schema
@@ -366,7 +378,7 @@ class UpsertGold(IdempotentSink):
         """Each value column's range over each gold table, from its files' statistics; None if
         one is missing."""
         ranges: dict[str, TableRanges] = {}
-        options = self.conf.delta_rs_options()
+        options = self.settings.storage_options
         for name, module in self.modules.items():
             path = self.tables.aggregates[name]
             try:  # the files' statistics, by delta-rs; if it cannot read them, the exact check
@@ -424,6 +436,22 @@ class UpsertGold(IdempotentSink):
         )
 
 
+def gold_sink(conf: LakehouseConf, tables: GoldTables) -> UpsertGold:
+    """The gold sink of `tables`, with what it needs of `conf`."""
+
+    def check(spark: SparkSession, frames: Frames, scope: str) -> None:
+        check_frames(spark, conf, frames, tables.declarations, scope=scope)
+
+    return UpsertGold(
+        tables,
+        GoldSettings(
+            lateness_s=conf.gold.allowed_lateness_minutes * 60,
+            storage_options=conf.delta_rs_options(),
+            check=check if conf.gold.check_quality_per_batch else None,
+        ),
+    )
+
+
 def start_gold(
     spark: SparkSession,
     conf: LakehouseConf,
@@ -440,7 +468,7 @@ def start_gold(
     return start_delta_to_batches(
         spark,
         tables.events,
-        sink or UpsertGold(conf, tables),
+        sink or gold_sink(conf, tables),
         name=f"gold_{stream_name}",
         checkpoint=tables.checkpoint,
         layer=conf.gold,
@@ -459,7 +487,7 @@ def run_gold(
 ) -> StreamingQuery:
     """Run gold until done (`once`) or until SIGINT/SIGTERM."""
     tables = gold_tables(conf, stream_name)
-    sink = UpsertGold(conf, tables)
+    sink = gold_sink(conf, tables)
     return run_query(
         spark,
         conf,

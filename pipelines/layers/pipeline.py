@@ -66,7 +66,7 @@ class Pipeline(IdempotentSink):
         stream = conf.stream(stream_name)
         super().__init__(conf.checkpoint_path(f"pipeline/{stream_name}"))
         ck = self.checkpoint
-        self.bronze = bronze.AppendRawRecords(
+        self.bronze = bronze.bronze_sink(
             conf, stream, replace(bronze.bronze_tables(conf, stream), checkpoint=ck)
         )
         silver_tables = silver.silver_tables(conf, stream)
@@ -74,7 +74,7 @@ class Pipeline(IdempotentSink):
         # the state table follows the events table in a query of its own (`start_state`)
         self.state = silver.state_sink(silver_tables)
         self.gold = (
-            gold.UpsertGold(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
+            gold.gold_sink(conf, replace(gold.gold_tables(conf, stream_name), checkpoint=ck))
             if stream.gold_tables
             else None
         )

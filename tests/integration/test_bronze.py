@@ -92,14 +92,14 @@ def test_once_ingests_every_record_exactly_once_byte_for_byte(spark, lake):
 def test_a_replayed_batch_is_skipped_by_delta(spark, lake):
     from delta.tables import DeltaTable
 
-    from pipelines.layers.bronze import AppendRawRecords
+    from pipelines.layers.bronze import bronze_sink
 
     produce(lake, orders=50, seed=5)
     run_bronze(spark, lake, once=True, progress=False)
     tables = bronze_tables(lake, lake.streams["orders"])
     version = DeltaTable.forPath(spark, tables.raw).history(1).first()["version"]
     before = bronze_rows(spark, lake)
-    sink = AppendRawRecords(lake, lake.streams["orders"], tables)
+    sink = bronze_sink(lake, lake.streams["orders"], tables)
     replay = spark.read.format("delta").load(tables.raw)
     sink(replay, 0)  # batch 0 of this checkpoint again
     assert DeltaTable.forPath(spark, tables.raw).history(1).first()["version"] == version

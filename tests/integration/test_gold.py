@@ -18,7 +18,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from pipelines.layers.bronze import run_bronze
-from pipelines.layers.gold import UpsertGold, gold_tables, run_gold, seed_dimensions
+from pipelines.layers.gold import gold_sink, gold_tables, run_gold, seed_dimensions
 from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import produce_plan
@@ -167,7 +167,7 @@ def test_a_gold_sink_reads_each_dimension_once_per_version(spark, lake):
     the first batch after a change reads them again."""
     seed_dimensions(spark, lake)
     tables = gold_tables(lake)
-    sink = UpsertGold(lake, tables)
+    sink = gold_sink(lake, tables)
     first = sink.dimensions(spark)
     assert sink.dimensions(spark) is first
     assert [f.storageLevel.useMemory for f in first.values()] == [True, True]
@@ -361,7 +361,7 @@ def _event(n: int, event_type: str, quantity: int, price: str, second: int, prod
 def test_a_replayed_gold_batch_adds_nothing_twice_and_values_that_would_overflow_keep_their_events_out(
     spark, lake, monkeypatch
 ):
-    from pipelines.layers.gold import TOO_BIG, UpsertGold
+    from pipelines.layers.gold import TOO_BIG, UpsertGold, gold_sink
     from pipelines.reference.orders_stream import StreamPlan
 
     conf = lake.updated({"gold.max_files_per_trigger": None})
@@ -385,7 +385,7 @@ def test_a_replayed_gold_batch_adds_nothing_twice_and_values_that_would_overflow
 
     # 1. the one batch this checkpoint ran, once more: nothing changes, not even a version
     before = state()
-    UpsertGold(conf, tables)(spark.read.format("delta").load(tables.events), 0)
+    gold_sink(conf, tables)(spark.read.format("delta").load(tables.events), 0)
     assert state() == before
     assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
     on_the_day = [r for r in table(spark, revenue_path) if r[0] >= DAY]
@@ -413,9 +413,9 @@ def test_a_replayed_gold_batch_adds_nothing_twice_and_values_that_would_overflow
 
     monkeypatch.setattr(UpsertGold, "_add", killed_at_the_second_merge)
     with pytest.raises(RuntimeError):
-        UpsertGold(conf, tables)(batch, 1)
+        gold_sink(conf, tables)(batch, 1)
     monkeypatch.undo()
-    UpsertGold(conf, tables)(batch, 1)
+    gold_sink(conf, tables)(batch, 1)
 
     late = spark.read.format("delta").load(tables.late).where("event_id LIKE 'big-%'").collect()
     assert sorted((r["event_id"], r["reason"]) for r in late) == [

@@ -134,12 +134,12 @@ def test_gold_proves_cheaply_that_no_window_row_overflows_only_when_none_can(
 ):
     from gold import orders_by_country_5m as countries
     from gold import revenue_by_category_1m as revenue
-    from pipelines.layers.gold import UpsertGold, ensure_gold_tables, gold_tables
+    from pipelines.layers.gold import ensure_gold_tables, gold_sink, gold_tables
 
     conf = base_conf.updated({"storage.root": str(tmp_path)})
     tables = gold_tables(conf)
     ensure_gold_tables(spark, conf, tables)
-    sink, at = UpsertGold(conf, tables), datetime(2026, 11, 22, 10, 0)
+    sink, at = gold_sink(conf, tables), datetime(2026, 11, 22, 10, 0)
     huge = 6 * 10**18  # two of them exceed a long
     # the same job gives the batch's newest and oldest event times
     events = spark.createDataFrame([(at + timedelta(minutes=3),), (at,)], "event_time timestamp")
