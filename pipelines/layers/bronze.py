@@ -1,17 +1,6 @@
-"""The bronze job: Kafka to a Delta table of raw records, checkpointed and exactly once.
-
-Exactly once, however it stops:
-- each micro-batch's commit records the batch (this checkpoint's query id, the batch id), so a
-  batch re-run after a crash finds its append in the table and skips it (see the shared sink);
-- offsets are as recoverable as the data: with no checkpoint but a table, the ingest resumes right
-  after the offsets the table holds;
-- offsets that Kafka deleted before bronze read them (retention) stop the job with a message naming
-  topic, partition and range, or, with `bronze.on_data_loss: record`, are kept in `<table>_gaps`.
-
-Only committed records belong to a stream (`isolation_level: read_committed`, the default): a
-record of an aborted Kafka transaction never lands, one of a transaction still open waits (with
-every later record of its partition) until it commits. The offsets that transaction markers and
-aborted records take are never data: no batch, gap or lag counts them.
+"""The bronze job: Kafka's committed records to a Delta table of raw records, checkpointed and
+exactly once, resumable from the table without a checkpoint, with retention gaps stopped or
+recorded (docs/guarantees.md, "Bronze").
 """
 
 from __future__ import annotations
@@ -53,8 +42,8 @@ from pipelines.streaming.storage import Files
 from pipelines.streaming.tables import Table, declared, ensure_table
 
 log = logging.getLogger("lakehouse.bronze")
-# Spark's Kafka source polls its consumer 500 records at a time by default: a backlog drains 15%
-# faster in polls of 10,000 (measured, bench/bronze_ingest.py). bronze.source_options wins.
+# Spark's Kafka source polls 500 records at a time by default; a backlog drains faster in polls of
+# 10,000 (bench/RESULTS.md, "Figures behind code choices"). bronze.source_options wins.
 SOURCE_DEFAULTS = {"kafka.max.poll.records": "10000"}
 
 

@@ -1,36 +1,7 @@
 """The pipeline job: one streaming query carries each micro-batch from Kafka through bronze,
-silver and gold, instead of three queries each waiting for the previous one's commits.
-
-Each table is still written exactly once per batch, each commit recording the batch (this
-query's id, the batch id; a MERGE also under its own Delta transaction ids), so a batch re-run
-after a crash skips every write that committed and does the others, in any order. Gold goes
-first, since a gold row is what users wait for, and the writes of independent tables run side by
-side (`IdempotentSink.in_parallel`), each MERGE in a session of its own. Per micro-batch:
-1. silver parses and validates the Kafka records once, and finds the valid events that the
-   events table does not hold yet (as the silver job does with the raw table's new rows);
-2. gold: those events are windowed and added to the gold tables (as the gold job does with the
-   events table's new rows), its tables side by side;
-3. once gold committed, side by side: silver events (those same events appended to the events
-   table), bronze (the Kafka records appended to the raw table, as the bronze job does) and the
-   quarantine (the batch's invalid records).
-The state table (a MERGE of each order's newest version, the batch's costliest write) is not on
-that path: a second query of the same application MERGEs the events table's new rows into it
-every `pipeline.state_trigger_interval` (`silver.UpsertState`), with its own checkpoint (the
-silver job's state query's: one position whichever job runs the root) and its
-commits recording what of the events table it consumed, so the state table trails the events
-table by up to that interval. A run with `--once` runs it to the end after the pipeline query.
-The new events are found before any of the batch's writes and the events table changes only by
-the events append, so a re-run of the batch finds the same events until it has stored them, and
-by then its gold writes committed (a re-run skips them).
-A write that fails stops the batch: the writes running beside it end, nothing after it is
-written, nor is the batch committed to the checkpoint, so ingestion stops with it (bronze
-included: a batch is landed in bronze only once gold has it) and the restarted query runs the
-same batch again, skipping the writes that committed. A record that silver cannot write is
-quarantined, not failed: only a failure of the storage or the job stops ingestion.
-
-The per-layer jobs stay for spark-submit and for streams that want them apart; one storage root
-is run either by the pipeline or by the three jobs (their checkpoints differ, but for the state
-query's, which both run).
+silver and gold (gold first, then silver's events, bronze and the quarantine side by side), each
+table written once per batch; a second query keeps the state table. How it is kept exact:
+docs/guarantees.md, "The whole pipeline in one query".
 """
 
 from __future__ import annotations
@@ -51,10 +22,8 @@ from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import FACTORY_MODE, INTERPRETED, session_confs
 from pipelines.streaming.storage import Files
 
-# Up to this many offsets a batch's writes run interpreted projections (measured: faster up to
-# 60,000), and its parse up to PARSE_INTERPRETED (the parse alone, warm, on 2 cores, best of 5:
-# 5,000 records 0.83 s compiled and 0.52 s interpreted, 20,000 0.79 s either way, 60,000 1.11 s
-# compiled and 1.43 s interpreted).
+# Up to this many offsets a batch's writes run interpreted projections, and its parse up to
+# PARSE_INTERPRETED: faster there (bench/RESULTS.md, "Figures behind code choices").
 SMALL_BATCH = 60_000
 PARSE_INTERPRETED = 20_000
 

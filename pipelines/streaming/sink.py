@@ -1,18 +1,9 @@
 """The one foreachBatch sink every layer plugs into: idempotent, retried, and stoppable.
 
-Written once for every layer: the stop guard (a batch that starts after a stop request writes
-nothing), the checkpoint's query id, a replayed batch changing nothing (not even a table
-version), the retry on write conflicts, and the cached frames of a batch, unpersisted whatever
-happens. A layer writes only `write_batch`.
-
-Every write's commit records its batch (`userMetadata`: query id, batch id, Spark's offsets; an
-append's writer option). A MERGE is also tagged with Delta's transaction ids (`txnAppId` = table
-and query id, `txnVersion` = batch id), set through the confs of a session of the sink's own per
-table (`session_for`) and unset after: Delta skips it in a replay, and writes of one batch to
-different tables can run side by side (`in_parallel`). An append is not tagged: Delta's lookup of
-those ids rebuilds the table's state (three Spark jobs, ~0.4 s, that a MERGE pays anyway for its
-scan); the sink finds a committed append in the table's newest commits instead (`committed`: the
-log's last files, read no further back than the batch's planning).
+A layer writes only `write_batch`; every write's commit records its batch, a MERGE also carries
+Delta's transaction ids (in a session of the sink's own per table, so writes of one batch run side
+by side), and an append is found by the batch its commit records (ARCHITECTURE.md, "One sink, one
+way to declare a table"; docs/guarantees.md, "Bronze").
 """
 
 from __future__ import annotations
