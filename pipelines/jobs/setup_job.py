@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("seeded %s", ", ".join(f"{k} ({v:,} rows)" for k, v in counts.items()))
             ensure_gold_tables(spark, conf, tables)
         if conf.progress_table.enabled:
-            ensure_table(spark, conf, progress_table.declaration(conf))
+            name = conf.progress_table.table
+            ensure_table(spark, conf.table_path(name), progress_table.declaration(name))
         log.info("tables ready under %s", conf.root)
     return 0
 

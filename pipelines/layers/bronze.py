@@ -33,6 +33,7 @@ from pipelines.kafka import (
     spark_kafka_options,
     topic_watermarks,
 )
+from pipelines.layers import progress_table
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import has_log, snapshot
 from pipelines.streaming.query import run_query
@@ -88,7 +89,7 @@ def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
 def ensure_bronze_tables(spark: SparkSession, conf: LakehouseConf, stream: StreamConf) -> None:
     """Create (or bring to their declarations) the raw and gaps tables."""
     for table in declarations(stream):
-        ensure_table(spark, conf, table)
+        ensure_table(spark, conf.table_path(table.name), table)
 
 
 def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
@@ -294,7 +295,7 @@ def run_bronze(
     sink = bronze_sink(conf, stream, tables)
     return run_query(
         spark,
-        conf,
+        progress_table(spark, conf),
         lambda: start_bronze(spark, conf, stream_name, sink, once=once),
         sink,
         name="bronze",

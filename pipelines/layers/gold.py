@@ -29,6 +29,7 @@ from gold.late_events import kept_out, late_events, on_time_events
 from gold.overflow import Range, TableRanges
 from pipelines.config import InvalidConfigError, LakehouseConf
 from pipelines.errors import JobFailedError
+from pipelines.layers import progress_table
 from pipelines.layers.quality import check_frames
 from pipelines.layers.silver import silver_tables
 from pipelines.streaming.delta import read_pinned, snapshot, start_delta_to_batches
@@ -125,7 +126,7 @@ def seed_dimensions(spark: SparkSession, conf: LakehouseConf, stream: str = "ord
         file = conf.seed_dir / f"{role}.csv"
         if not file.is_file():
             raise JobFailedError(f"seed file {file} is missing (gold.seed_dir in {conf.source})")
-        path = ensure_table(spark, conf, table)
+        path = ensure_table(spark, conf.table_path(table.name), table)
         rows = spark.read.option("header", True).option("mode", "FAILFAST").schema(table.schema)
         rows.csv(str(file)).write.format("delta").mode("overwrite").save(path)
         counts[role] = spark.read.format("delta").load(path).count()
@@ -137,7 +138,7 @@ def ensure_gold_tables(spark: SparkSession, conf: LakehouseConf, tables: GoldTab
     dimensions = set(conf.stream(tables.stream).dimensions.values())
     for name, table in tables.declarations.items():
         if name not in dimensions:
-            ensure_table(spark, conf, table)
+            ensure_table(spark, conf.table_path(table.name), table)
 
 
 def require_dimensions(spark: SparkSession, tables: GoldTables) -> None:
@@ -490,7 +491,7 @@ def run_gold(
     sink = gold_sink(conf, tables)
     return run_query(
         spark,
-        conf,
+        progress_table(spark, conf),
         lambda: start_gold(spark, conf, stream_name, sink, once=once),
         sink,
         name="gold",

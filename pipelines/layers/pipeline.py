@@ -14,7 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from pipelines.config import LakehouseConf
 from pipelines.kafka import kafka_failure
-from pipelines.layers import bronze, gold, silver
+from pipelines.layers import bronze, gold, progress_table, silver
 from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import recover_checkpoint
 from pipelines.streaming.query import run_query
@@ -133,7 +133,7 @@ def run_pipeline(
         sink.state,
         lambda companion: run_query(
             spark,
-            conf,
+            progress_table(spark, conf),
             lambda: start_pipeline(spark, conf, stream_name, sink, once=once),
             sink,
             name="pipeline",

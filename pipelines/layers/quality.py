@@ -204,7 +204,7 @@ def _check_frames(
         )
     if rows:
         results = Table(conf.tables.quality_results, RESULTS_SCHEMA, properties=APPEND_ONLY)
-        path = ensure_table(spark, conf, results)
+        path = ensure_table(spark, conf.table_path(results.name), results)
         local_frame(spark, rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
     try:
         context.build_data_docs()

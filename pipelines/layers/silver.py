@@ -24,6 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 import silver.quarantine
 from bronze.ddl import column_names
 from pipelines.config import InvalidConfigError, LakehouseConf, SilverConf, StreamConf
+from pipelines.layers import progress_table
 from pipelines.streaming.delta import read_pinned, start_delta_to_batches
 from pipelines.streaming.query import run_query, stop_was_requested
 from pipelines.streaming.sink import IdempotentSink
@@ -89,7 +90,7 @@ def declarations(tables: SilverTables) -> list[Table]:
 def ensure_silver_tables(spark: SparkSession, conf: LakehouseConf, tables: SilverTables) -> None:
     """Create (or bring to their declarations) the events, state and quarantine tables."""
     for table in declarations(tables):
-        ensure_table(spark, conf, table)
+        ensure_table(spark, conf.table_path(table.name), table)
 
 
 @dataclass(frozen=True)
@@ -267,7 +268,7 @@ def run_with_state(
     if once and not stop_was_requested():  # a stopped job leaves the state for its next run
         run_query(
             spark,
-            conf,
+            progress_table(spark, conf),
             partial(start, once=True),
             state,
             name=f"{name} state",
@@ -344,7 +345,7 @@ def run_silver(
         state,
         lambda companion: run_query(
             spark,
-            conf,
+            progress_table(spark, conf),
             lambda: start_silver(spark, conf, stream_name, sink, once=once),
             sink,
             name="silver",

@@ -16,7 +16,7 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from pipelines import logs
-from pipelines.config import LakehouseConf
+from pipelines.config import ProgressTableConf
 from pipelines.streaming.console import kafka_lag_per_partition
 from pipelines.streaming.delta import retry_on_conflict
 from pipelines.streaming.spark import local_frame
@@ -36,9 +36,9 @@ SCHEMA = (
 SOURCE_FIELDS = ("description", "startOffset", "endOffset", "latestOffset", "numInputRows")
 
 
-def declaration(conf: LakehouseConf) -> Table:
+def declaration(name: str) -> Table:
     return Table(
-        name=conf.progress_table.table,
+        name=name,
         schema=SCHEMA,
         partitioned_by=("event_date",),
         properties={"delta.appendOnly": "true"},
@@ -80,9 +80,8 @@ class ProgressTable:
     `flush_interval_s` in a background thread, so that a query never waits for it, and once more
     at the end (`flush`)."""
 
-    def __init__(self, spark: SparkSession, conf: LakehouseConf) -> None:
-        self.spark, self.conf, self.created = spark, conf, False
-        self.path = conf.table_path(conf.progress_table.table)
+    def __init__(self, spark: SparkSession, path: str, settings: ProgressTableConf) -> None:
+        self.spark, self.path, self.settings, self.created = spark, path, settings, False
         self.rows: list[dict] = []
         self.last_flush = time.monotonic()
         self.job_run_id = os.environ.get("LAKEHOUSE_JOB_RUN_ID")
@@ -97,7 +96,7 @@ class ProgressTable:
         row = progress_row(progress, self.job_run_id, self.task)
         with self._buffer:
             self.rows.append(row)
-        if time.monotonic() - self.last_flush >= self.conf.progress_table.flush_interval_s:
+        if time.monotonic() - self.last_flush >= self.settings.flush_interval_s:
             self.last_flush = time.monotonic()
             if not self._writer.is_alive():
                 self._writer = threading.Thread(target=self._append, name="progress-table")
@@ -115,7 +114,8 @@ class ProgressTable:
                 rows, self.rows = self.rows, []
             try:
                 if not self.created:
-                    self.created = bool(ensure_table(self.spark, self.conf, declaration(self.conf)))
+                    table = declaration(self.settings.table)
+                    self.created = bool(ensure_table(self.spark, self.path, table))
                 if not rows:
                     return
                 df = local_frame(self.spark, rows, SCHEMA)

@@ -13,7 +13,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipelines import logs
-from pipelines.config import LakehouseConf
 from pipelines.errors import JobFailedError, LakehouseError
 from pipelines.streaming import metrics
 from pipelines.streaming.console import ConsoleProgress
@@ -50,7 +49,7 @@ def jvm_ignores_sigterm() -> Callable[[], None]:
 
 def run_query(
     spark: SparkSession,
-    conf: LakehouseConf,
+    progress_table: ProgressTable | None,
     start: Callable[[], StreamingQuery],
     sink: IdempotentSink,
     *,
@@ -66,14 +65,14 @@ def run_query(
     flight finishes and commits, a batch starting after the signal writes nothing (its sink
     refuses it), and the query is stopped only while no trigger is active. A failure raised in
     the sink is re-raised as itself (by type); any other becomes a JobFailedError naming `what`
-    (or the error `explain` makes of it). Returns the finished query.
+    (or the error `explain` makes of it). Each batch's progress goes to `progress_table` too.
+    Returns the finished query.
 
     A `companion` (start, sink, what, name) is a second query started after the first, under its
     own checkpoint lease, and stopped with it the same way; its failure stops both, named by
     `what`; its batches are reported as the first's are, under `name`.
     """
     console = ConsoleProgress(name, quiet=not progress, steps=sink.timings)
-    progress_table = ProgressTable(spark, conf) if conf.progress_table.enabled else None
 
     def report(query: StreamingQuery, on: ConsoleProgress = console) -> None:
         for p in on.update(query):

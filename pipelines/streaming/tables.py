@@ -22,7 +22,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from declaration import Declaration
-from pipelines.config import LakehouseConf
 from pipelines.errors import ConfigError, JobFailedError
 from pipelines.streaming.delta import retry_on_conflict, snapshot
 from pipelines.streaming.storage import Files
@@ -120,9 +119,8 @@ def require_tables(spark: SparkSession, needed: Mapping[str, str]) -> None:
             raise JobFailedError(f"table {path} does not exist yet: {how}")
 
 
-def ensure_table(spark: SparkSession, conf: LakehouseConf, table: Table) -> str:
-    """Create the table if missing, else bring it to its declaration; returns its path."""
-    path = conf.table_path(table.name)
+def ensure_table(spark: SparkSession, path: str, table: Table) -> str:
+    """Create the table at `path` if missing, else bring it to its declaration; returns `path`."""
     wanted = cast(StructType, StructType.fromDDL(table.schema))  # a table's schema: a struct
     current = _current(spark, path)
     if current is None:

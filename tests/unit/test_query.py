@@ -7,6 +7,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from pipelines.errors import JobFailedError, QualityError
+from pipelines.layers import progress_table
 from pipelines.streaming.query import first_line
 from pipelines.streaming.sink import STOPPING, IdempotentSink, StopRequested
 
@@ -89,7 +90,7 @@ def test_a_companion_query_that_cannot_start_leaves_no_query_running(spark, base
     with pytest.raises(JobFailedError, match="the side query cannot start"):
         run_query(
             spark,
-            base_conf,
+            progress_table(spark, base_conf),
             start,
             main,
             name="t",
@@ -146,7 +147,7 @@ def test_a_companion_querys_batches_are_reported_like_the_main_querys(
     try:
         run_query(
             spark,
-            conf,
+            progress_table(spark, conf),
             lambda: start(main, spark.readStream.format("rate").load()),
             main,
             name="main",

@@ -67,24 +67,24 @@ def test_a_declaration_is_one_typed_value_and_anything_else_is_refused_naming_it
 
 
 def test_a_new_nullable_column_and_a_property_are_applied_to_the_table(spark, conf):
-    path = ensure_table(spark, conf, V1)
+    path = ensure_table(spark, conf.table_path(V1.name), V1)
     v2 = Table(
         V1.name, V1.schema + ", note string", V1.partitioned_by, {"delta.appendOnly": "true"}
     )
-    assert ensure_table(spark, conf, v2) == path
+    assert ensure_table(spark, conf.table_path(v2.name), v2) == path
     assert spark.read.format("delta").load(path).columns == ["id", "n", "note"]
     detail = DeltaTable.forPath(spark, path).detail().first()
     assert detail["properties"]["delta.appendOnly"] == "true"
     versions = DeltaTable.forPath(spark, path).history().count()
-    ensure_table(spark, conf, v2)  # nothing left to apply: no new version
+    ensure_table(spark, conf.table_path(v2.name), v2)  # nothing left to apply: no new version
     assert DeltaTable.forPath(spark, path).history().count() == versions
 
 
 def test_a_change_delta_cannot_apply_is_refused_with_the_difference(spark, conf):
-    ensure_table(spark, conf, V1)
+    ensure_table(spark, conf.table_path(V1.name), V1)
     changed = Table(V1.name, "id string, n int, extra bigint NOT NULL", partitioned_by=())
     with pytest.raises(TableChangeRefusedError) as e:
-        ensure_table(spark, conf, changed)
+        ensure_table(spark, conf.table_path(changed.name), changed)
     assert str(e.value).splitlines()[1:5] == [
         "  column id is NOT NULL, declared NULL",
         "  column n is bigint, declared int",
@@ -96,7 +96,7 @@ def test_a_change_delta_cannot_apply_is_refused_with_the_difference(spark, conf)
 def test_a_creation_killed_before_its_first_commit_does_not_stop_the_next(spark, conf, tmp_path):
     # what Delta leaves when the job dies between making the log folder and the first commit
     (tmp_path / "gold" / "t" / "_delta_log" / "_staged_commits").mkdir(parents=True)
-    path = ensure_table(spark, conf, V1)
+    path = ensure_table(spark, conf.table_path(V1.name), V1)
     assert spark.read.format("delta").load(path).columns == ["id", "n"]
     assert DeltaTable.forPath(spark, path).history().count() == 1
 
@@ -106,7 +106,7 @@ def test_a_log_folder_holding_a_file_is_never_cleared(spark, conf, tmp_path):
     (log / "_staged_commits").mkdir(parents=True)
     (log / "_staged_commits" / "00000000000000000000.uuid.json").write_text("{}")
     with pytest.raises(Exception, match="DELTA_"):
-        ensure_table(spark, conf, V1)
+        ensure_table(spark, conf.table_path(V1.name), V1)
     assert (log / "_staged_commits" / "00000000000000000000.uuid.json").read_text() == "{}"
 
 
@@ -122,12 +122,12 @@ def test_a_layout_delta_refuses_is_refused_where_it_is_declared():
 
 def test_a_declared_clustering_is_applied_to_an_existing_table(spark, conf):
     plain = Table("gold/c", "id string NOT NULL, n bigint")
-    path = ensure_table(spark, conf, plain)
+    path = ensure_table(spark, conf.table_path(plain.name), plain)
     assert clustering_columns(spark, path) == ()
-    ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
+    ensure_table(spark, path, Table(plain.name, plain.schema, cluster_by=("id",)))
     assert clustering_columns(spark, path) == ("id",)
     versions = DeltaTable.forPath(spark, path).history().count()
-    ensure_table(spark, conf, Table(plain.name, plain.schema, cluster_by=("id",)))
+    ensure_table(spark, path, Table(plain.name, plain.schema, cluster_by=("id",)))
     assert DeltaTable.forPath(spark, path).history().count() == versions
     # read from the version's checksum; without one (a writer that keeps none), from the log
     assert snapshot(spark, path).checksumOpt().get().domainMetadata().isDefined()
