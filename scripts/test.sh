@@ -12,4 +12,5 @@ bin=.venv/bin
 "$bin/mypy" --no-error-summary  # the packages and flags: [tool.mypy] in pyproject.toml
 "$bin/pylint" --disable=all --enable=duplicate-code --min-similarity-lines=6 --score=n \
   pipelines bronze silver gold declaration bench scripts
-exec "$bin/python" -m pytest "$@"
+# two workers (docs/development.md, "Tests"); `-n 0` after them runs one process
+exec "$bin/python" -m pytest -n 2 --dist loadgroup "$@"

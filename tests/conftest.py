@@ -7,6 +7,7 @@ import os
 import random
 import secrets
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +16,11 @@ import pytest
 
 from pipelines.config import LakehouseConf, load_config
 
+# A pytest-xdist worker runs under `python -c`: its __main__ has no file, which pyspark takes for
+# its own doctests (importing pyspark.sql.connect, as Great Expectations does, exits the worker).
+# An empty file of the project's is its main instead.
+if not hasattr(sys.modules["__main__"], "__file__"):
+    sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
 # Spark hands timestamps to Python in the process's local zone: make it UTC, like the tables.
 os.environ["TZ"] = "UTC"
 time.tzset()
@@ -26,8 +32,9 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = S3_SECRET = secrets.token_hex(20)
 
 # Ports a test hands a server it starts: a range below the kernel's ephemeral ports (32768-60999),
 # so a client connection's local port cannot take one between the test choosing it and the
-# server binding it.
-_PORTS = range(20000, 23000)
+# server binding it. Each pytest-xdist worker takes its own slice, so two cannot pick one port.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+_PORTS = range(20000 + 1500 * _WORKER, 21500 + 1500 * _WORKER)
 _next_port = itertools.count(random.randrange(len(_PORTS)))
 
 
@@ -65,7 +72,16 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
 def spark(base_conf: LakehouseConf):
     from pipelines.streaming.spark import build_spark
 
-    session = build_spark(base_conf, app_name="lakehouse-tests")
+    # C1 alone, as the jobs the tests start (see `subprocess_env`): the session runs small
+    # batches, and the CPU full tiers spend compiling is taken from the other worker's tests
+    saved = os.environ.get("JAVA_TOOL_OPTIONS")
+    os.environ["JAVA_TOOL_OPTIONS"] = _C1
+    try:
+        session = build_spark(base_conf, app_name="lakehouse-tests")
+    finally:
+        os.environ.pop("JAVA_TOOL_OPTIONS")
+        if saved is not None:
+            os.environ["JAVA_TOOL_OPTIONS"] = saved
     yield session
     session.stop()
 
@@ -163,6 +179,9 @@ def lake(kafka: LakehouseConf, tmp_path: Path) -> LakehouseConf:
     return kafka.updated({"storage.root": str(tmp_path / "lake"), "streams.orders.topic": topic})
 
 
+_C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+
+
 def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
     """Environment that makes a child `lakehouse` process use `conf`'s root, topic and broker."""
     stream = conf.streams["orders"]
@@ -181,7 +200,7 @@ def subprocess_env(conf: LakehouseConf, **extra: str) -> dict[str, str]:
         # them compiling) in the same wall time: the core it frees runs what a test runs beside.
         # C1 alone gets a 48 MB code cache, which a job with S3A fills (then HotSpot stops
         # compiling and fails in method handles): the tiered size
-        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+        "JAVA_TOOL_OPTIONS": _C1,
     }
     env.update(extra)
     return env

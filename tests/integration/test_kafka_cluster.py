@@ -28,7 +28,8 @@ from tests.integration.test_gold import gold_oracle, seeds, table
 from tests.integration.test_publish import assert_published_exactly
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
-pytestmark = pytest.mark.integration
+# one worker runs the module, so its cluster starts once (pytest-xdist `--dist loadgroup`)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka_cluster")]
 
 
 def partitions(conf, topic: str, count: int | None = None) -> dict[int, tuple[int, list, list]]:

@@ -28,7 +28,8 @@ from tests.conftest import cluster_ports, subprocess_env
 from tests.integration.test_gold import gold_oracle, seeds, table
 from tests.integration.test_silver import TWISTS, assert_silver_matches, oracle
 
-pytestmark = pytest.mark.integration
+# one worker runs the module, so its cluster starts once (pytest-xdist `--dist loadgroup`)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka_secured")]
 
 # the pipeline job through bronze, silver and gold until the topic is drained
 SPEC = """
