@@ -84,11 +84,13 @@ def create(*, quiet: bool = False) -> Path | None:
     partial = target.with_name(f".{target.name}.{os.getpid()}")
     log = target.with_suffix(".log")
     submit = str(Path(sys.executable).with_name("spark-submit"))
-    options = f"-XX:ArchiveClassesAtExit={partial} {QUIET} -Dlog4j2.configurationFile=file:{LOG4J2}"
+    # C1 alone: the archive holds classes, not compiled code (a third less CPU to dump it)
+    options = f"-XX:ArchiveClassesAtExit={partial} -XX:TieredStopAtLevel=1 {QUIET}"
+    options += f" -Dlog4j2.configurationFile=file:{LOG4J2}"
     cmd = [submit, "--master", "local[2]", "--driver-java-options", options]
     cmd += ["--jars", ",".join(str(j) for j in spark_jars()), str(WARM_UP)]
     if not quiet:
-        print(f"setup: dumping the Spark driver's classes into {target} (once, ~30 s)")
+        print(f"setup: dumping the Spark driver's classes into {target} (once, about a minute)")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("JAVA_TOOL_OPTIONS", None)
     with log.open("w") as out:
