@@ -5,6 +5,7 @@
 # Central, checked against their recorded SHA-256 and cached, and the project's JVM classes
 # (pipelines/resources/java: the Delta log store, the session catalog, the one-pass JSON reader)
 # compiled once with javac.
+# `--python-only`: the virtual environment alone (scripts/test.sh sets up the JVM side itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,13 +30,14 @@ if [ ! -f "$stamp" ]; then
   echo "setup: installing the locked Python packages (requirements/dev.lock)"
   pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
   # pyspark is an sdist, and pip fetches the build dependencies of its isolated build environment
-  # without checking hashes: so pip and setuptools come from their own hashed lock first, and
-  # everything builds against them (--no-build-isolation).
+  # without checking hashes: so pip, setuptools and uv come from their own hashed lock first, and
+  # everything builds against them (--no-build-isolation). uv installs in parallel.
   "${pip[@]}" --require-hashes -r requirements/build.lock
-  "${pip[@]}" --require-hashes --no-build-isolation -r requirements/dev.lock
-  "${pip[@]}" --no-build-isolation --no-deps -e .
+  uv=(.venv/bin/uv pip install --quiet --python .venv/bin/python --no-build-isolation)
+  "${uv[@]}" --require-hashes -r requirements/dev.lock
+  "${uv[@]}" --no-deps -e .
   # A dependency added to pyproject.toml but not to the locks shows up here.
-  if ! broken=$(.venv/bin/python -m pip check); then
+  if ! broken=$(.venv/bin/uv pip check --quiet --python .venv/bin/python); then
     echo "$broken" >&2
     echo "error: the locks do not match pyproject.toml: run bash requirements/lock.sh" >&2
     exit 1
@@ -43,5 +45,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+[ "${1:-}" = --python-only ] && exit 0
 echo "setup: JVM jars, checked against pipelines/resources/jars.sha256 (cached after the first run)"
 .venv/bin/lakehouse setup
