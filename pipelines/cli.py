@@ -295,7 +295,21 @@ def metrics_targets(conf: LakehouseConf, args: argparse.Namespace) -> None:
 
 
 def config(conf: LakehouseConf, args: argparse.Namespace) -> None:
-    print(json.dumps(conf.as_dict(), indent=2))
+    from pipelines.config import leaf_values
+
+    values = conf.as_dict()
+    if not args.show_origin:
+        print(json.dumps(values, indent=2))
+        return
+    print(f"# environment {values.pop('env')}: {values.pop('source')}")
+    for key, value in leaf_values(values):
+        print(f"{key} = {json.dumps(value)}  ({conf.origin(key)})")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def common_options(*, defaults: bool) -> argparse.ArgumentParser:
@@ -346,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "kafka":
             p.add_argument("--node", type=int, help="stop only this node of the local cluster")
     p = command("produce", produce, "send the reference order stream, with its twists")
-    p.add_argument("--orders", type=int, help="number of orders (each 1-3 events)")
+    p.add_argument("--orders", type=_positive, help="number of orders (each 1-3 events)")
     p.add_argument("--seed", type=int, help="random seed: same seed, same records")
     p.add_argument("--topic", help="topic (default: the stream's topic)")
     p.add_argument(
@@ -365,9 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("layer", choices=["bronze", "silver", "gold", "pipeline", "publish"])
     p.add_argument("--stream", default="orders")
     p.add_argument("--once", action="store_true", help="process what is available, then stop")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="only warnings and errors")
     p = command("demo", demo, "the whole pipeline on the embedded default, with a summary")
-    p.add_argument("--orders", type=int)
+    p.add_argument("--orders", type=_positive)
     command("seed", seed, "dimensions/products and customers from conf/seeds")
     p = command("dq", dq, "data-quality suites; results to quality/results and Data Docs")
     p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
@@ -387,11 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)
     p.add_argument("--run-id", type=int)
-    p.add_argument("--limit", type=int, default=10, help="newest runs to show")
+    p.add_argument("--limit", type=_positive, default=10, help="newest runs to show")
     p = command("sql", sql, "run a SQL statement on the tables by name, e.g. silver.orders")
     p.add_argument("statement", help='e.g. "SELECT status, count(*) FROM silver.orders GROUP BY 1"')
     p.add_argument("--json", action="store_true", help="print the rows as a JSON array")
-    p.add_argument("--limit", type=int, default=1000, help="print at most this many rows")
+    p.add_argument("--limit", type=_positive, default=1000, help="print at most this many rows")
     command(
         "spark-sql",
         spark_sql,
@@ -404,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("targets", metrics_targets, "write their endpoints as a file_sd file", metrics)
     p.add_argument("--out", type=Path, help="the file (default: metrics.targets_file)")
     command("jars", jars, "comma-separated jars for spark-submit --jars")
-    command("config", config, "print the effective configuration (secrets hidden)")
+    p = command("config", config, "print the effective configuration (secrets hidden)")
+    p.add_argument("--show-origin", action="store_true", help="each value, and where it came from")
     return parser
 
 

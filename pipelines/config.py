@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    TypeAdapter,
+)
 from pydantic_core import ErrorDetails, PydanticCustomError, ValidationError
 
 from pipelines.errors import ConfigError
@@ -463,6 +471,13 @@ class LakehouseConf(_Section):
     producer: ProducerConf = ProducerConf()
     tables: TablesConf = TablesConf()
     streams: dict[str, StreamConf] = {}
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)  # set key -> where, by the loader
+
+    def origin(self, key: str) -> str:
+        """Where the value of the dotted `key` came from: a variable, a file, or the defaults."""
+        while key and key not in self._origins:
+            key = key.rpartition(".")[0]
+        return self._origins.get(key, "default")
 
     @property
     def root(self) -> str:
@@ -637,16 +652,17 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
             f"no configuration file {file} for environment {env!r} (available: {available})"
         )
     try:
-        tree = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        tree = yaml.load(file.read_text(encoding="utf-8"), Loader=_Yaml) or {}
     except yaml.YAMLError as e:
         raise InvalidConfigError(f"{file} is not valid YAML: {e}") from None
     if not isinstance(tree, dict):
         raise InvalidConfigError(f"{file}: the top level must be a mapping of sections")
     sources: dict[str, str] = {}
     problems: list[str] = []
+    in_file = [key for key, _ in leaf_values(tree)]
     for name, text in sorted(os.environ.items()):
         if name.startswith(ENV_PREFIX):
-            keys = name[len(ENV_PREFIX) :].lower().split("__")
+            keys = _env_keys(name[len(ENV_PREFIX) :].split("__"))
             where = f"environment variable {name}"
             try:  # the text parsed by the type of the key it sets; "" is null
                 value = None if text == "" else _parsed(text, _field_type(keys))
@@ -654,18 +670,71 @@ def load_config(env: str | None = None, path: str | Path | None = None) -> Lakeh
             except ValidationError as e:
                 problems += [_problem(err, {}, where, tuple(keys)) for err in e.errors()]
     secret = os.environ.get(SASL_PASSWORD_ENV) or None
-    return _validated(tree, sources, problems, secret, env=env, source=str(file))
+    conf = _validated(tree, sources, problems, secret, env=env, source=str(file))
+    conf._origins = {key: str(file) for key in in_file} | sources
+    return conf
+
+
+def leaf_values(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """The values of a tree by dotted key (each of a map's keys, a list as one value)."""
+    leaves = []
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            leaves += leaf_values(value, f"{dotted}.")
+        else:
+            leaves.append((dotted, value))
+    return leaves
+
+
+class _Yaml(yaml.SafeLoader):
+    """YAML read as 1.2 reads it, so that a value means what it does in an environment variable:
+    booleans only true or false, integers in decimal (1.1 reads `yes` as true and `0123` as 83)."""
+
+
+_Yaml.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if not tag.endswith((":bool", ":int"))]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Yaml.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?\d+$"), list("-+0123456789")
+)
+_Yaml.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(node.value, 10))
 
 
 def _parsed(text: str, field_type: Any) -> Any:
-    """A variable's text as a value of `field_type`: a list as a YAML flow sequence."""
+    """A variable's text as a value of `field_type`: a list as a YAML flow sequence, a boolean
+    only as true or false (in any case)."""
     value: Any = text
     if get_origin(field_type) in (list, tuple):
         try:
-            value = yaml.safe_load(text)
+            value = yaml.load(text, Loader=_Yaml)
         except yaml.YAMLError:
             pass  # refused below, as not a list
+    if field_type is bool or bool in get_args(field_type):
+        value = {"true": True, "false": False}.get(text.lower(), text)
+        return TypeAdapter(field_type).validate_python(value, strict=True)
     return TypeAdapter(field_type).validate_python(value)
+
+
+def _env_keys(parts: list[str]) -> list[str]:
+    """A variable's keys: field names in lower case, a map's keys as written unless all in
+    capitals (`..._EXTRA__spark.sql.ansi.enabled` keeps its case, `..._STREAMS__ORDERS` is
+    `orders`)."""
+    keys: list[str] = []
+    field_type: Any = LakehouseConf
+    for part in parts:
+        if get_origin(field_type) is dict:
+            keys.append(part.lower() if part.isupper() else part)
+            field_type = get_args(field_type)[1]
+        else:
+            keys.append(part.lower())
+            fields = getattr(field_type, "model_fields", {})
+            field_type = fields[keys[-1]].annotation if keys[-1] in fields else Any
+    return keys
 
 
 def _field_type(keys: list[str]) -> Any:
@@ -683,15 +752,20 @@ def _field_type(keys: list[str]) -> Any:
 
 
 def _put(tree: dict, keys: list[str], value: Any, where: str, sources: dict[str, str]) -> None:
-    """Set `keys` to `value` in `tree`, creating sections, and remember where the value came from."""
-    node = tree
+    """Set `keys` to `value` in `tree`, creating sections (a map from its defaults: one key set
+    keeps its siblings), and remember where the value came from."""
+    node, field_type = tree, cast(Any, LakehouseConf)
     for i, key in enumerate(keys[:-1]):
+        fields = getattr(field_type, "model_fields", {})
         if node.get(key) is None:
-            node[key] = {}
+            default = fields[key].default if key in fields else None
+            node[key] = dict(default) if isinstance(default, dict) else {}
             sources.setdefault(".".join(keys[: i + 1]), where)
+            sources |= {".".join([*keys[: i + 1], k]): "default" for k in node[key]}
         node = node[key]
         if not isinstance(node, dict):
             raise InvalidConfigError(f"{where}: {'.'.join(keys[: i + 1])} is not a section")
+        field_type = fields[key].annotation if key in fields else Any
     node[keys[-1]] = value
     sources[".".join(keys)] = where
 

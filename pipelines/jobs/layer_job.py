@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None, prog: str, description: str) -> argparse.
     parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
     parser.add_argument("--stream", default="orders", help="stream name from the configuration")
     parser.add_argument("--once", action="store_true", help="process what is available, then stop")
-    parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    parser.add_argument("--quiet", action="store_true", help="only warnings and errors")
     return parser.parse_args(argv)
 
 
@@ -38,7 +38,7 @@ def run_layer_job(
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
-        logs.configure(conf)
+        logs.configure(conf.updated({"log.level": "WARN"}) if args.quiet else conf)
         if needs_kafka:
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
         job = f"{layer}-{args.stream}"

@@ -60,6 +60,23 @@ def test_log_level_sets_spark_log_level_for_the_command(conf_dir):
     assert json.loads(result.stdout)["spark"]["log_level"] == "DEBUG", result.stderr
 
 
+def test_show_origin_names_the_file_the_variable_or_the_default_of_each_value(conf_dir):
+    result = lakehouse(
+        "--env",
+        "mine",
+        "config",
+        "--show-origin",
+        LAKEHOUSE_CONF_DIR=str(conf_dir),
+        LAKEHOUSE__SPARK__UI="true",
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"# environment mine: {conf_dir / 'mine.yaml'}"
+    assert f'storage.root = "{conf_dir / "lake"}"  ({conf_dir / "mine.yaml"})' in lines
+    assert "spark.ui = true  (environment variable LAKEHOUSE__SPARK__UI)" in lines
+    assert "kafka.request_timeout_s = 15  (default)" in lines
+
+
 def test_version_prints_the_package_version():
     result = lakehouse("--version")
     assert result.returncode == ExitCode.OK
@@ -102,6 +119,8 @@ def test_a_valid_job_spec_is_listed_with_options_anywhere():
         ["jobs", "validate"],
         ["config", "--log-level", "LOUD"],
         ["run", "platinum"],
+        ["jobs", "runs", "--limit", "-1"],
+        ["produce", "--orders", "0"],
     ],
 )
 def test_a_usage_error_exits_2(args):

@@ -155,6 +155,63 @@ def test_environment_text_is_parsed_by_the_type_of_its_key(tmp_path, monkeypatch
         load_config(path=f)
 
 
+def test_a_variable_sets_one_key_of_a_map_and_keeps_its_siblings(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE__METRICS__PORTS__BRONZE-ORDERS", "9999")
+    conf = load_config(path=write(tmp_path, "metrics:\n  enabled: true\n"))
+    assert conf.metrics.ports == {
+        "bronze-orders": 9999,
+        "silver-orders": 9412,
+        "gold-orders": 9413,
+        "pipeline-orders": 9414,
+        "publish-orders": 9415,
+    }
+    assert conf.origin("metrics.ports.silver-orders") == "default"
+
+
+def test_a_map_key_from_a_variable_keeps_its_case_unless_written_in_capitals(tmp_path, monkeypatch):
+    monkeypatch.setenv(
+        "LAKEHOUSE__SPARK__EXTRA__spark.sql.adaptive.coalescePartitions.enabled", "x"
+    )
+    monkeypatch.setenv("LAKEHOUSE__SPARK__EXTRA__SPARK.SQL.ANSI.ENABLED", "true")
+    conf = load_config(path=write(tmp_path, ""))
+    assert conf.spark.extra == {
+        "spark.sql.adaptive.coalescePartitions.enabled": "x",
+        "spark.sql.ansi.enabled": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "variable", "value"),
+    [("0123", "0123", 123), ("-7", "-7", -7)],
+)
+def test_an_integer_means_the_same_in_yaml_and_in_a_variable(
+    tmp_path, monkeypatch, yaml_text, variable, value
+):
+    f = write(tmp_path, f"producer:\n  seed: {yaml_text}\n")
+    assert load_config(path=f).producer.seed == value
+    monkeypatch.setenv("LAKEHOUSE__PRODUCER__SEED", variable)
+    assert load_config(path=write(tmp_path, "")).producer.seed == value
+
+
+@pytest.mark.parametrize("text", ["yes", "on", "1", "y"])
+def test_a_boolean_is_true_or_false_in_yaml_and_in_a_variable(tmp_path, monkeypatch, text):
+    with pytest.raises(
+        InvalidConfigError,
+        match=rf"spark.ui in .*custom.yaml: expected true or false, got '?{text}'?",
+    ):
+        load_config(path=write(tmp_path, f"spark:\n  ui: {text}\n"))
+    monkeypatch.setenv("LAKEHOUSE__SPARK__UI", text)
+    with pytest.raises(
+        InvalidConfigError,
+        match=rf"spark.ui in environment variable LAKEHOUSE__SPARK__UI: expected true or false, "
+        rf"got '{text}'",
+    ):
+        load_config(path=write(tmp_path, ""))
+    for true in ("true", "True", "TRUE"):
+        monkeypatch.setenv("LAKEHOUSE__SPARK__UI", true)
+        assert load_config(path=write(tmp_path, f"spark:\n  ui: {true}\n")).spark.ui is True
+
+
 def test_yaml_values_must_have_the_type_of_their_key(tmp_path):
     with pytest.raises(
         InvalidConfigError, match=r"spark.ui in .*custom.yaml: expected true or false, got 'yes'"
