@@ -2,7 +2,7 @@
 # Regenerate the hash-locked requirements from pyproject.toml, e.g. after changing a dependency:
 #   bash requirements/lock.sh              # keep the current pins where they still fit
 #   bash requirements/lock.sh --upgrade    # the newest versions the ranges allow
-# Needs uv (`pip install uv`). --universal: the same locks serve Linux and macOS.
+# Needs uv: scripts/setup.sh puts it in .venv/bin (PATH=.venv/bin:$PATH). --universal: the same locks serve Linux and macOS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,15 +118,30 @@ def kill_at_random_instants(
         proc = start_job(module, env, log, "--once")
         target = delta_commits(watched_table) + rng.randint(*batches)
         deadline = time.monotonic() + 180
+        poll_s = 0.2 if "://" in watched_table else 0.02  # a listing on S3 costs three processes
         while delta_commits(watched_table) < target and proc.poll() is None:
             assert time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.02)
+            time.sleep(poll_s)
         time.sleep(rng.uniform(0.0, jitter_s))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             killed += 1
         proc.wait()
     return killed
+
+
+def on_commit(tables: Iterable[str], check: Callable[[], bool]) -> Callable[[], bool]:
+    """`check` (one that reads tables), evaluated again only once one of the Delta `tables` has a
+    new commit: a poll that reads tables each time keeps a core busy."""
+    tables, seen = list(tables), {}
+
+    def gated() -> bool:
+        commits = [delta_commits(t) for t in tables]
+        if seen.get("commits") != commits:
+            seen.update(commits=commits, result=check())
+        return seen["result"]
+
+    return gated
 
 
 def wait_for(done, job: subprocess.Popen, log: Path, timeout_s: float = 180, poll_s: float = 0.2):

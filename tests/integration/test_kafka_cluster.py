@@ -169,7 +169,9 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
                 and table(spark, aggregates["gold/orders_by_country_5m"]) == countries
             )
 
-        helpers.wait_for(caught_up, runner, log, timeout_s=300)
+        helpers.wait_for(
+            helpers.on_commit(gold.aggregates.values(), caught_up), runner, log, timeout_s=300
+        )
         os.killpg(runner.pid, signal.SIGTERM)
         assert runner.wait(timeout=180) == 130, log.read_text()[-3000:]
     finally:

@@ -189,6 +189,7 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
     def maintain_over_and_over() -> None:
         while not stop.is_set():
             rounds.append(maintain(spark, lake, names))
+            stop.wait(1.0)  # the stream's batches go on between rounds
 
     def wait_for(done, what: str) -> None:
         deadline = time.monotonic() + 300
@@ -226,9 +227,12 @@ def test_maintenance_while_silver_and_gold_merge_continuously_loses_and_doubles_
         gold = gold_oracle((list(expected["events"].values()), products, customers))
         orders = sorted(expected["orders"].values())
         wait_for(
-            lambda: (
-                columns_of(spark, silver.state, ORDER_COLUMNS) == orders
-                and tuple(table(spark, p) for p in tables.aggregates.values()) == gold
+            helpers.on_commit(
+                [silver.state, *tables.aggregates.values()],
+                lambda: (
+                    columns_of(spark, silver.state, ORDER_COLUMNS) == orders
+                    and tuple(table(spark, p) for p in tables.aggregates.values()) == gold
+                ),
             ),
             "the state and gold tables to match their oracles",
         )
