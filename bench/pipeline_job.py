@@ -34,22 +34,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable as DeltaLake
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bench.backlog import RESULTS, cpu_seconds, fresh, generate, record
-from bench.pipeline_freshness import (
-    COUNTRIES,
-    REVENUE,
-    delta_commits,
-    gold_commits,
-    minute_by_minute,
-    percentiles,
-)
 from pipelines.config import LakehouseConf, load_config
 from pipelines.kafka import topic_watermarks
 from pipelines.layers.bronze import bronze_tables
@@ -64,6 +58,65 @@ from silver.events import with_clock_bound
 from silver.order_events import parse_events
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# the gold tables that windowed `paid` and `created` events land in
+REVENUE, COUNTRIES = "gold/revenue_by_category_1m", "gold/orders_by_country_5m"
+
+
+def delta_commits(files: Files, table: str) -> Iterator[dict]:
+    """Every commit of a Delta table (on any root): version, commit time (ms), txn ids, the batch
+    its `userMetadata` records (None if none), added file names."""
+    log = f"{table}/_delta_log"
+    for name in sorted(n for n in files.names(log) if n.endswith(".json")):
+        actions = [
+            json.loads(line) for line in (files.read_text(f"{log}/{name}") or "").splitlines()
+        ]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        record = json.loads(info.get("userMetadata") or "{}")
+        yield {
+            "version": int(name.removesuffix(".json")),
+            "ms": info["timestamp"],
+            "batch": record.get("batch") if isinstance(record, dict) else None,
+            "files": [a["add"]["path"].rsplit("/", 1)[-1] for a in actions if "add" in a],
+            "txn": [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a],
+        }
+
+
+def gold_commits(spark: SparkSession, gold) -> DataFrame:
+    """(table, batch, gold_ms) of each windowed gold table's commits: the sink tags each with
+    txn (`<table>:<query id>`, batch id)."""
+    return spark.createDataFrame(
+        [
+            (name, batch, c["ms"])
+            for name in (REVENUE, COUNTRIES)
+            for c in delta_commits(Files(spark), gold.aggregates[name])
+            for app_id, batch in c["txn"]
+            if app_id.startswith(f"{name}:")
+        ],
+        "table string, batch bigint, gold_ms bigint",
+    )
+
+
+def percentiles(df, column: str) -> dict[str, float]:
+    n, quantiles, top = df.agg(
+        F.count(column), F.percentile(column, [0.5, 0.9, 0.99]), F.max(column)
+    ).first()
+    if not n:
+        return {"n": 0}
+    p50, p90, p99 = quantiles
+    return {"n": n, "p50": p50, "p90": p90, "p99": p99, "max": float(top)}
+
+
+def minute_by_minute(windowed) -> dict[int, dict]:
+    """Count, p50 and p99 of `freshness_s` per `minute` of sending."""
+    return {
+        int(minute): {"n": n, "p50": p50, "p99": p99}
+        for minute, n, (p50, p99) in windowed.groupBy("minute")
+        .agg(F.count("*"), F.percentile("freshness_s", [0.5, 0.99]))
+        .orderBy("minute")
+        .collect()
+    }
 
 
 def job_env(conf: LakehouseConf, env: str) -> dict[str, str]:

@@ -34,8 +34,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.backlog import RESULTS, fresh, generate, record
-from bench.pipeline_freshness import delta_commits
-from bench.pipeline_job import job_env
+from bench.pipeline_job import delta_commits, job_env
 from pipelines.config import LakehouseConf, duration_seconds, load_config
 from pipelines.kafka import client_settings, ensure_topic
 from pipelines.layers.gold import gold_tables, seed_dimensions
