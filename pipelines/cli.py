@@ -11,6 +11,7 @@ docs/operations.md, 'Exit codes'.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import json
@@ -54,7 +55,10 @@ def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None
     service = importlib.import_module(SERVICES[args.command][0])
     if args.action == "status":
         st = service.status(conf)
-        print(f"{args.command}: {st.detail}")
+        if args.json:
+            logs.print_json({"service": args.command, **dataclasses.asdict(st)})
+        else:
+            print(f"{args.command}: {st.detail}")
         return ExitCode.OK if st.running else ExitCode.UNREACHABLE
     if getattr(args, "node", None) is not None:  # one node of the local cluster
         if args.action != "stop":
@@ -69,7 +73,11 @@ def service_command(conf: LakehouseConf, args: argparse.Namespace) -> int | None
 def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
     from pipelines.orchestration.runs import read_runs, runs_table
 
-    if not (rows := read_runs(conf, args.run_id, args.limit)):
+    rows = read_runs(conf, args.run_id, args.limit)
+    if args.json:
+        logs.print_json(rows)
+        return
+    if not rows:
         print(f"no recorded runs in {runs_table(conf)}")
         return
     job = max(len("job"), *(len(r["job"]) for r in rows))  # columns as wide as their values
@@ -86,14 +94,30 @@ def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
         )
 
 
-def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> None:
-    from pipelines.orchestration.spec import load_job_spec
+def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
+    from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
-    spec = load_job_spec(args.spec)
+    try:
+        spec = load_job_spec(args.spec)
+    except InvalidJobSpecError as e:
+        if not args.json:
+            raise
+        listed = [line.strip()[2:] for line in str(e).splitlines() if line.startswith("  - ")]
+        logs.print_json({"spec": args.spec, "valid": False, "problems": listed or [str(e)]})
+        return ExitCode.CONFIG
+    if args.json:
+        tasks = [
+            {"key": t.key, "python_file": t.python_file, "parameters": t.parameters}
+            | {"depends_on": t.depends_on, "run_if": t.run_if}
+            for t in spec.tasks
+        ]
+        logs.print_json({"spec": args.spec, "valid": True, "job": spec.name, "tasks": tasks})
+        return None
     print(f"job spec {args.spec} is valid: job {spec.name!r}, {len(spec.tasks)} tasks")
     for t in spec.tasks:
         after = f" after {', '.join(t.depends_on)} ({t.run_if})" if t.depends_on else ""
         print(f"  {t.key}: {t.python_file.name} {' '.join(t.parameters)}{after}")
+    return None
 
 
 def job_environment(
@@ -128,6 +152,7 @@ def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
 
     conf, spec, options = _job(conf, args)
     run = JobRunner(conf, spec, **options).run()
+    print(f"run {run.run_id} {run.state}")  # the run id, for `lakehouse jobs runs --run-id`
     exits = {RunState.SUCCESS: ExitCode.OK, RunState.CANCELED: ExitCode.INTERRUPTED}
     return exits.get(run.state, ExitCode.JOB_FAILED)
 
@@ -193,7 +218,7 @@ def seed(conf: LakehouseConf, args: argparse.Namespace) -> None:
 def dq(conf: LakehouseConf, args: argparse.Namespace) -> int:
     from pipelines.jobs import quality_job
 
-    return quality_job.main(["--env", conf.env, *args.tables])
+    return quality_job.main(["--env", conf.env, *["--json"] * args.json, *args.tables])
 
 
 def maintain(conf: LakehouseConf, args: argparse.Namespace) -> int:
@@ -299,7 +324,7 @@ def config(conf: LakehouseConf, args: argparse.Namespace) -> None:
 
     values = conf.as_dict()
     if not args.show_origin:
-        print(json.dumps(values, indent=2))
+        logs.print_json(values)
         return
     print(f"# environment {values.pop('env')}: {values.pop('source')}")
     for key, value in leaf_values(values):
@@ -357,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, help) in SERVICES.items():
         p = command(name, service_command, help)
         p.add_argument("action", choices=SERVICE_ACTIONS)
+        p.add_argument("--json", action="store_true", help="status as a JSON object")
         if name == "kafka":
             p.add_argument("--node", type=int, help="stop only this node of the local cluster")
     p = command("produce", produce, "send the reference order stream, with its twists")
@@ -384,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orders", type=_positive)
     command("seed", seed, "dimensions/products and customers from conf/seeds")
     p = command("dq", dq, "data-quality suites; results to quality/results and Data Docs")
+    p.add_argument("--json", action="store_true", help="the suites' outcomes as a JSON array")
     p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
     p = command("maintain", maintain, "compact small files, remove old ones, checkpoint the logs")
     p.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
@@ -399,7 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help="stop after this many runs (default: run for ever)")
     p = command("validate", jobs_validate, "check a job spec without running it", jobs)
     p.add_argument("spec", type=Path)
+    p.add_argument("--json", action="store_true", help="the spec's tasks as a JSON object")
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)
+    p.add_argument("--json", action="store_true", help="the attempts as a JSON array")
     p.add_argument("--run-id", type=int)
     p.add_argument("--limit", type=_positive, default=10, help="newest runs to show")
     p = command("sql", sql, "run a SQL statement on the tables by name, e.g. silver.orders")
@@ -419,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="the file (default: metrics.targets_file)")
     command("jars", jars, "comma-separated jars for spark-submit --jars")
     p = command("config", config, "print the effective configuration (secrets hidden)")
+    p.add_argument("--json", action="store_true", help="as JSON (the default)")
     p.add_argument("--show-origin", action="store_true", help="each value, and where it came from")
     return parser
 

@@ -9,6 +9,7 @@ Kafka password, the S3 secret key) never reaches a line: it is masked wherever i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -129,6 +130,17 @@ def configure(conf: LakehouseConf) -> None:
     # the one line a process ends with, in the same form as the others
     json_lines = conf.log.format == "json"
     errors.report = (lambda message: get("job").error("%s", message)) if json_lines else _stderr
+
+
+def print_json(value: object) -> None:
+    """`value` as indented JSON on stdout: dataclasses as objects, dates and paths as text."""
+
+    def plain(v: object) -> object:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return dataclasses.asdict(v)
+        return str(v)
+
+    print(json.dumps(value, indent=2, default=plain))
 
 
 def _stderr(message: str) -> None:

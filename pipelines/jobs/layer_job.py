@@ -59,12 +59,15 @@ def run_table_job(
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--env", default=None, help="configuration environment (conf/<env>.yaml)")
     parser.add_argument("tables", nargs="*", help="only these tables, e.g. silver/orders")
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     args = parser.parse_args(argv)
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
         logs.configure(conf)
-        work(build_spark(conf, app_name=f"lakehouse-{prog}"), conf, args.tables or None)
+        done = work(build_spark(conf, app_name=f"lakehouse-{prog}"), conf, args.tables or None)
+        if args.json:
+            logs.print_json(done)
     return 0
 
 

@@ -25,13 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_table_job(argv, "quality", __doc__, check)
 
 
-def check(spark: SparkSession, conf: LakehouseConf, tables: list[str] | None) -> None:
+def check(spark: SparkSession, conf: LakehouseConf, tables: list[str] | None) -> list:
     log = logs.get("quality")
-    for o in run_quality(spark, conf, declared_tables(conf), tables):
+    outcomes = run_quality(spark, conf, declared_tables(conf), tables)
+    for o in outcomes:
         if o.success:
             log.info("%-30s passed", o.suite)
         else:
             log.warning("%-30s FAILED (policy warn)", o.suite)
+    return outcomes
 
 
 if __name__ == "__main__":

@@ -77,6 +77,41 @@ def test_show_origin_names_the_file_the_variable_or_the_default_of_each_value(co
     assert "kafka.request_timeout_s = 15  (default)" in lines
 
 
+def test_json_output_of_validate_status_runs_and_config(conf_dir, tmp_path):
+    env = {"LAKEHOUSE_CONF_DIR": str(conf_dir)}
+    spec = ROOT / "conf" / "jobs" / "orders_batch.yaml"
+    shown = lakehouse("--env", "mine", "jobs", "validate", str(spec), "--json", **env)
+    assert shown.returncode == ExitCode.OK, shown.stderr
+    valid = json.loads(shown.stdout)
+    assert (valid["valid"], valid["job"]) == (True, "orders-batch")
+    assert [t["key"] for t in valid["tasks"]][:3] == ["setup", "bronze", "silver"]
+    assert valid["tasks"][1]["depends_on"] == ["setup"]
+    (tmp_path / "bad.yaml").write_text("name: x\n")
+    bad = lakehouse(
+        "--env", "mine", "jobs", "validate", str(tmp_path / "bad.yaml"), "--json", **env
+    )
+    assert bad.returncode == ExitCode.CONFIG
+    assert json.loads(bad.stdout)["problems"] == ["job.tasks: required, a non-empty list"]
+    (conf_dir / "mine.yaml").write_text(
+        f"storage:\n  root: {tmp_path / 'lake'}\nlocal_broker:\n  port: 1\n"
+        "kafka:\n  bootstrap_servers: 127.0.0.1:1\n"
+    )
+    status = lakehouse("--env", "mine", "kafka", "status", "--json", **env)
+    assert status.returncode == ExitCode.UNREACHABLE
+    assert json.loads(status.stdout) == {
+        "service": "kafka",
+        "running": False,
+        "pid": None,
+        "address": "127.0.0.1:1",
+        "detail": "not running",
+        "pids": [None],
+    }
+    runs = lakehouse("--env", "mine", "jobs", "runs", "--json", **env)
+    assert (runs.returncode, json.loads(runs.stdout)) == (ExitCode.OK, []), runs.stderr
+    config = lakehouse("--env", "mine", "config", "--json", **env)
+    assert json.loads(config.stdout)["storage"]["root"] == str(tmp_path / "lake")
+
+
 def test_version_prints_the_package_version():
     result = lakehouse("--version")
     assert result.returncode == ExitCode.OK
