@@ -56,6 +56,61 @@ def test_fire_times_follow_the_expression():
     ]
 
 
+def test_quartz_day_rules_last_nearest_weekday_nth_and_wrapping_ranges():
+    """Expected times as Quartz 2.5.2's CronExpression gives them (2026-01-01 is a Thursday)."""
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def days(expression: str, count: int) -> list[str]:
+        return [f[:10] for f in fires(expression, t, count)]
+
+    assert days("0 0 12 L * ?", 3) == ["2026-01-31", "2026-02-28", "2026-03-31"]
+    assert days("0 0 12 L-3 * ?", 2) == ["2026-01-28", "2026-02-25"]
+    assert days("0 0 12 LW * ?", 3) == ["2026-01-30", "2026-02-27", "2026-03-31"]
+    assert days("0 0 12 15W * ?", 2) == ["2026-01-15", "2026-02-16"]  # 15 Feb: a Sunday
+    assert days("0 0 12 1W * ?", 2) == ["2026-01-01", "2026-02-02"]  # never into January
+    assert days("0 0 12 31W * ?", 3) == ["2026-01-30", "2026-03-31", "2026-05-29"]
+    assert days("0 0 12 ? * 6L", 2) == ["2026-01-30", "2026-02-27"]  # last Friday
+    assert days("0 0 12 ? * 6#3", 2) == ["2026-01-16", "2026-02-20"]  # third Friday
+    assert days("0 0 12 ? * MON#5", 2) == ["2026-03-30", "2026-06-29"]
+    assert days("0 0 12 ? * L", 2) == ["2026-01-03", "2026-01-10"]  # L alone: Saturday
+    assert days("0 0 12 ? * FRI-MON", 4) == ["2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"]
+    assert days("0 0 12 LW,15 * ?", 3) == ["2026-01-15", "2026-01-30", "2026-02-15"]
+    assert [f[11:16] for f in fires("0 0 22-2 ? * *", t, 4)] == ["01:00", "02:00", "22:00", "23:00"]
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone", "after", "expected"),
+    [
+        # New York falls back at 02:00 EDT: 01:00-01:59 twice; fired once, in standard time (as
+        # Quartz does), and never before the time asked after
+        ("0 */15 * * * ?", "America/New_York", "2026-11-01T00:30:00-04:00",
+         ["2026-11-01T00:45:00-04:00", "2026-11-01T01:00:00-05:00", "2026-11-01T01:15:00-05:00",
+          "2026-11-01T01:30:00-05:00", "2026-11-01T01:45:00-05:00", "2026-11-01T02:00:00-05:00"]),
+        ("0 */15 * * * ?", "America/New_York", "2026-11-01T01:10:00-05:00",
+         ["2026-11-01T01:15:00-05:00", "2026-11-01T01:30:00-05:00"]),
+        ("0 30 1 * * ?", "America/New_York", "2026-10-31T12:00:00-04:00",
+         ["2026-11-01T01:30:00-05:00", "2026-11-02T01:30:00-05:00"]),
+        # it springs forward at 02:00 EST: 02:00-02:59 does not exist and does not fire
+        ("0 */30 * * * ?", "America/New_York", "2026-03-08T01:00:00-05:00",
+         ["2026-03-08T01:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T03:30:00-04:00"]),
+        ("0 30 2 * * ?", "America/New_York", "2026-03-07T12:00:00-05:00",
+         ["2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"]),
+        # Berlin, the same rules at its own hours
+        ("0 */20 * * * ?", "Europe/Berlin", "2026-03-29T01:30:00+01:00",
+         ["2026-03-29T01:40:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-29T03:20:00+02:00"]),
+        ("0 30 2 * * ?", "Europe/Berlin", "2026-03-28T12:00:00+01:00",
+         ["2026-03-30T02:30:00+02:00", "2026-03-31T02:30:00+02:00"]),
+        ("0 */20 * * * ?", "Europe/Berlin", "2026-10-25T02:10:00+02:00",
+         ["2026-10-25T02:20:00+01:00", "2026-10-25T02:40:00+01:00", "2026-10-25T03:00:00+01:00"]),
+        ("0 30 2 * * ?", "Europe/Berlin", "2026-10-24T12:00:00+02:00",
+         ["2026-10-25T02:30:00+01:00", "2026-10-26T02:30:00+01:00"]),
+    ],
+)  # fmt: skip
+def test_fire_times_across_daylight_saving_changes_are_quartzs(expression, zone, after, expected):
+    """Each list as Quartz 2.5.2's CronExpression gives it (the same instants, checked)."""
+    assert fires(expression, datetime.fromisoformat(after), len(expected), zone) == expected
+
+
 def test_fire_times_are_in_the_schedule_time_zone():
     t = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
     [fire] = fires("0 0 3 * * ?", t, 1, "America/New_York")
@@ -71,10 +126,13 @@ def test_a_year_in_the_past_has_no_fire_time():
     [
         ("0 15 * * *", "has 6 or 7 fields"),
         ("0 61 * * * ?", "minutes: '61' is not in 0-59"),
-        ("0 0 0 L * ?", "day-of-month: 'L': Quartz's L, W and # are not supported"),
-        ("0 0 0 ? * MON#2", "day-of-week: 'MON#2'"),
+        ("0 0 12 * * *", "one of day-of-month and day-of-week must be '?'"),
+        ("0 0 12 ? * ?", "one of day-of-month and day-of-week must be '?'"),
+        ("0 0 12 5 * MON", "one of day-of-month and day-of-week must be '?'"),
+        ("0 0 0 ? * MON#6", "day-of-week: 'MON#6': the week is 1-5"),
+        ("0 0 0 3L * ?", "day-of-month: '3L' is not a Quartz day rule"),
         ("0 0 0 ? XYZ *", "month: 'XYZ' is not in 1-12"),
-        ("0 0 12-3 * * ?", "hours: '12-3': the range is empty"),
+        ("0 0 0 12-3 * ?", "day-of-month: '12-3': the range is empty"),
         ("0 */0 * * * ?", "minutes: '*/0': the step must be a positive number"),
     ],
 )
