@@ -38,6 +38,19 @@ def test_the_shipped_specs_are_valid():
         assert job.tasks and job.name
 
 
+def test_a_shipped_spec_runs_on_the_environments_master_unless_one_is_named():
+    from pipelines.config import load_config
+    from pipelines.orchestration.runner import spark_submit_command
+
+    conf = load_config("test").updated({"spark.master": "spark://cluster:7077"})
+    for spec in sorted((ROOT / "conf" / "jobs").glob("*.yaml")):
+        for task in load_job_spec(spec, ROOT).tasks:
+            cmd = spark_submit_command(conf, task, [])
+            assert cmd[cmd.index("--master") + 1] == "spark://cluster:7077", (spec, task.key)
+    cmd = spark_submit_command(conf, task, [], master="local[1]")  # --master on the command line
+    assert cmd[cmd.index("--master") + 1] == "local[1]"
+
+
 def test_a_valid_spec_is_read_with_its_settings(tmp_path):
     spec = {
         "name": "j",
