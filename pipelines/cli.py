@@ -154,6 +154,7 @@ def jobs_run(conf: LakehouseConf, args: argparse.Namespace) -> int:
     run = JobRunner(conf, spec, **options).run()
     print(f"run {run.run_id} {run.state}")  # the run id, for `lakehouse jobs runs --run-id`
     exits = {RunState.SUCCESS: ExitCode.OK, RunState.CANCELED: ExitCode.INTERRUPTED}
+    exits[RunState.SUCCESS_WITH_FAILURES] = ExitCode.OK  # its leaf tasks succeeded
     return exits.get(run.state, ExitCode.JOB_FAILED)
 
 
@@ -165,7 +166,8 @@ def jobs_schedule(conf: LakehouseConf, args: argparse.Namespace) -> int:
     conf, spec, options = _job(conf, args)
     cron = Schedule(args.cron, args.timezone or "UTC") if args.cron else None
     runs = run_on_schedule(conf, spec, cron, runs=args.runs, **options)
-    failed = [r for r in runs if r.state not in (RunState.SUCCESS, RunState.CANCELED)]
+    ok = (RunState.SUCCESS, RunState.SUCCESS_WITH_FAILURES, RunState.CANCELED)
+    failed = [r for r in runs if r.state not in ok]
     return ExitCode.JOB_FAILED if failed else ExitCode.OK
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 from pipelines import logs
 from pipelines.config import LakehouseConf
@@ -63,18 +64,28 @@ def spark_submit_command(
     return [*cmd, str(task.python_file), *parameters]
 
 
-def run_if_holds(run_if: RunIf, states: list[RunState]) -> bool:
-    """Whether a task runs after its dependencies ended in `states`."""
-    ok = [s == RunState.SUCCESS for s in states]
+def run_if_outcome(run_if: RunIf, states: list[RunState]) -> RunState:
+    """RUNNING if a task runs after its dependencies ended in `states`, else the state it gets, as
+    in Databricks: an excluded dependency counts as a success, a task whose dependencies were all
+    excluded is excluded, and a run_if that handles failures is EXCLUDED when unmet, any other
+    UPSTREAM_FAILED."""
+    if states and all(s == RunState.EXCLUDED for s in states):
+        return RunState.EXCLUDED
+    ok = [s in (RunState.SUCCESS, RunState.EXCLUDED) for s in states]
     failed = [s in FAILED_STATES for s in states]
-    return {
+    ran = [s in (RunState.SUCCESS, RunState.FAILED, RunState.TIMEDOUT) for s in states]
+    holds = {
         RunIf.ALL_SUCCESS: all(ok),
         RunIf.AT_LEAST_ONE_SUCCESS: any(ok),
-        RunIf.NONE_FAILED: not any(failed),
+        RunIf.NONE_FAILED: not any(failed) and any(ran),
         RunIf.ALL_DONE: True,
         RunIf.AT_LEAST_ONE_FAILED: any(failed),
         RunIf.ALL_FAILED: bool(states) and all(failed),
     }[run_if]
+    if holds:
+        return RunState.RUNNING
+    handles_failures = run_if in (RunIf.AT_LEAST_ONE_FAILED, RunIf.ALL_FAILED)
+    return RunState.EXCLUDED if handles_failures else RunState.UPSTREAM_FAILED
 
 
 class JobRunner:
@@ -216,11 +227,7 @@ class JobRunner:
             return None
         if self.stopping.is_set():
             return RunState.CANCELED
-        if run_if_holds(task.run_if, states):
-            return RunState.RUNNING
-        if task.run_if == RunIf.ALL_SUCCESS and any(s in FAILED_STATES for s in states):
-            return RunState.UPSTREAM_FAILED
-        return RunState.EXCLUDED
+        return run_if_outcome(task.run_if, cast(list[RunState], states))
 
     def _skip(self, run: JobRun, task: Task, state: RunState) -> None:
         run.states[task.key] = state

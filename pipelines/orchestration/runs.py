@@ -26,7 +26,8 @@ class RunState(StrEnum):
     TIMEDOUT = "TIMEDOUT"
     CANCELED = "CANCELED"
     UPSTREAM_FAILED = "UPSTREAM_FAILED"
-    EXCLUDED = "EXCLUDED"  # not run: its run_if did not hold
+    EXCLUDED = "EXCLUDED"  # not run: its run_if did not hold; counts as a success downstream
+    SUCCESS_WITH_FAILURES = "SUCCESS_WITH_FAILURES"  # a job run: its leaf tasks succeeded
 
 
 FAILED_STATES = frozenset({RunState.FAILED, RunState.TIMEDOUT, RunState.UPSTREAM_FAILED})
@@ -69,10 +70,16 @@ class JobRun:
 
     @property
     def state(self) -> RunState:
+        """As Databricks decides it: from the leaf tasks (those nothing depends on); failures
+        before them that they handled (run_if) make SUCCESS_WITH_FAILURES."""
         states = set(self.states.values())
         if RunState.CANCELED in states:
             return RunState.CANCELED
-        return RunState.FAILED if states & FAILED_STATES else RunState.SUCCESS
+        upstream = {d for t in self.spec.tasks for d in t.depends_on}
+        leaves = {s for key, s in self.states.items() if key not in upstream}
+        if leaves & FAILED_STATES:
+            return RunState.FAILED
+        return RunState.SUCCESS_WITH_FAILURES if states & FAILED_STATES else RunState.SUCCESS
 
 
 def runs_table(conf: LakehouseConf) -> str:

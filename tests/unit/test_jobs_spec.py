@@ -187,3 +187,40 @@ def test_depends_on_given_as_a_string_is_a_named_problem(tmp_path):
         f"job spec {path} is invalid (1 problem):\n"
         "  - tasks[b].depends_on: expected a list of {task_key}, got 'a'"
     )
+
+
+@pytest.mark.parametrize(
+    ("run_if", "states", "expected"),
+    [
+        ("ALL_SUCCESS", ["SUCCESS", "EXCLUDED"], "RUNNING"),  # excluded counts as a success
+        ("ALL_SUCCESS", ["SUCCESS", "FAILED"], "UPSTREAM_FAILED"),
+        ("AT_LEAST_ONE_SUCCESS", ["FAILED", "UPSTREAM_FAILED"], "UPSTREAM_FAILED"),
+        ("NONE_FAILED", ["SUCCESS", "EXCLUDED"], "RUNNING"),
+        ("NONE_FAILED", ["TIMEDOUT", "SUCCESS"], "UPSTREAM_FAILED"),
+        ("ALL_DONE", ["FAILED", "TIMEDOUT"], "RUNNING"),
+        ("AT_LEAST_ONE_FAILED", ["SUCCESS", "SUCCESS"], "EXCLUDED"),
+        ("AT_LEAST_ONE_FAILED", ["SUCCESS", "TIMEDOUT"], "RUNNING"),
+        ("ALL_FAILED", ["FAILED", "SUCCESS"], "EXCLUDED"),
+        ("ALL_DONE", ["EXCLUDED", "EXCLUDED"], "EXCLUDED"),  # all its dependencies excluded
+    ],
+)
+def test_run_if_outcomes_are_databricks(run_if, states, expected):
+    from pipelines.orchestration.runner import run_if_outcome
+    from pipelines.orchestration.runs import RunState
+    from pipelines.orchestration.spec import RunIf
+
+    assert run_if_outcome(RunIf(run_if), [RunState(s) for s in states]) == expected
+
+
+def test_a_job_runs_result_is_its_leaf_tasks(tmp_path):
+    from pipelines.orchestration.runs import JobRun
+
+    spec = load_job_spec(
+        _write(tmp_path, {"name": "j", "tasks": [_task("a"), _task("b", "a", run_if="ALL_DONE")]}),
+        ROOT,
+    )
+    run = JobRun(1, spec, {"a": "FAILED", "b": "SUCCESS"})
+    assert run.state == "SUCCESS_WITH_FAILURES"  # the failure was handled: b is the leaf
+    assert JobRun(1, spec, {"a": "SUCCESS", "b": "SUCCESS"}).state == "SUCCESS"
+    assert JobRun(1, spec, {"a": "SUCCESS", "b": "TIMEDOUT"}).state == "FAILED"
+    assert JobRun(1, spec, {"a": "FAILED", "b": "CANCELED"}).state == "CANCELED"
