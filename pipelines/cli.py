@@ -111,8 +111,11 @@ def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
             | {"depends_on": t.depends_on, "run_if": t.run_if}
             for t in spec.tasks
         ]
-        logs.print_json({"spec": args.spec, "valid": True, "job": spec.name, "tasks": tasks})
+        shown = {"spec": args.spec, "valid": True, "job": spec.name, "tasks": tasks}
+        logs.print_json(shown | {"warnings": spec.warnings})
         return None
+    for w in spec.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"job spec {args.spec} is valid: job {spec.name!r}, {len(spec.tasks)} tasks")
     for t in spec.tasks:
         after = f" after {', '.join(t.depends_on)} ({t.run_if})" if t.depends_on else ""
@@ -142,6 +145,8 @@ def _job(conf: LakehouseConf, args: argparse.Namespace):
         raise InvalidJobSpecError(f"--param {bad[0]!r}: expected NAME=VALUE")
     conf, params = job_environment(conf, spec.parameters, dict(p.split("=", 1) for p in args.param))
     echo = functools.partial(print, file=sys.stderr, flush=True)
+    for w in spec.warnings:
+        echo(f"warning: {w}")
     options = {"grace_seconds": args.grace_seconds, "master": args.master, "echo": echo}
     return conf, spec, {"parameters": params, **options}
 

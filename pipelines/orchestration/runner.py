@@ -88,6 +88,15 @@ def run_if_outcome(run_if: RunIf, states: list[RunState]) -> RunState:
     return RunState.EXCLUDED if handles_failures else RunState.UPSTREAM_FAILED
 
 
+def start_time_references(run_id: int) -> dict[str, str]:
+    """{{job.start_time.*}} of a run (its id is its start in ms), in UTC, as Databricks gives them."""
+    t = datetime.fromtimestamp(run_id / 1000, UTC)
+    parts = {"iso_date": t.date().isoformat(), "iso_datetime": t.isoformat(timespec="seconds")}
+    parts |= {"timestamp_ms": str(run_id), "is_weekday": str(t.weekday() < 5).lower()}
+    parts |= {p: str(getattr(t, p)) for p in ("year", "month", "day", "hour", "minute", "second")}
+    return {f"job.start_time.{k}": v for k, v in parts.items()}
+
+
 class JobRunner:
     """Runs one spec once; `run()` returns the JobRun with each task's final state."""
 
@@ -124,8 +133,12 @@ class JobRunner:
     def _command(self, task: Task, attempt: int) -> tuple[list[str], dict[str, str]]:
         """The attempt's spark-submit command line and environment."""
         refs = {f"job.parameters.{k}": v for k, v in self.parameters.items()}
-        refs |= {"job.run_id": str(self.run_id), "job.name": self.spec.name}
-        refs |= {"task.name": task.key, "task.attempt": str(attempt)}
+        refs |= {"job.id": self.spec.job_id, "job.run_id": str(self.run_id)}
+        refs |= {"job.name": self.spec.name, "task.name": task.key, "task.attempt": str(attempt)}
+        index = [t.key for t in self.spec.tasks].index(task.key)
+        refs |= {"task.run_id": str(self.run_id * 1000 + index)}
+        refs |= {"task.execution_count": str(attempt + 1)}  # Databricks counts from 1
+        refs |= start_time_references(self.run_id)
         params = [resolve(p, refs) for p in task.parameters]
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

@@ -7,6 +7,7 @@ Every problem is reported at once, naming file and key.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -20,17 +21,60 @@ import yaml
 from pipelines.errors import ConfigError
 from pipelines.orchestration.schedule import InvalidScheduleError, Schedule
 
-JOB_KEYS = {"name", "description", "tasks", "job_clusters", "parameters", "timeout_seconds"}
-JOB_KEYS |= {"max_concurrent_runs", "tags", "email_notifications", "format", "continuous"}
-JOB_KEYS |= {"schedule"}
-SCHEDULE_KEYS = {"quartz_cron_expression", "timezone_id", "pause_status"}
-TASK_KEYS = {"task_key", "description", "depends_on", "spark_python_task", "job_cluster_key"}
-TASK_KEYS |= {"existing_cluster_id", "new_cluster", "max_retries", "min_retry_interval_millis"}
-TASK_KEYS |= {"retry_on_timeout", "timeout_seconds", "run_if", "libraries"}
-CLUSTER_KEYS = {"spark_version", "spark_conf", "spark_env_vars", "num_workers", "node_type_id"}
-CLUSTER_KEYS |= {"driver_node_type_id", "custom_tags", "autoscale"}
+# The fields of the Jobs API objects, from the Databricks SDK (scripts/databricks_job_fields.py).
+API: dict[str, list[str]] = json.loads(
+    (
+        Path(__file__).resolve().parent.parent / "resources" / "databricks_job_fields.json"
+    ).read_text()
+)["objects"]
+# What a field does here: honoured (read below), refused with the reason, or (any other field of
+# the API) accepted with one warning that it has no effect here (docs/operations.md has the table).
+HONOURED = {
+    "Job": {"settings", "job_id"},
+    "JobSettings": {"name", "tasks", "job_clusters", "parameters", "timeout_seconds", "schedule"}
+    | {"max_concurrent_runs"},
+    "Task": {"task_key", "depends_on", "spark_python_task", "job_cluster_key", "new_cluster"}
+    | {"existing_cluster_id", "max_retries", "min_retry_interval_millis", "retry_on_timeout"}
+    | {"timeout_seconds", "run_if"},
+    "TaskDependency": {"task_key"},
+    "SparkPythonTask": {"python_file", "parameters"},
+    "JobCluster": {"job_cluster_key", "new_cluster"},
+    "ClusterSpec": {"spark_conf", "spark_env_vars"},
+    "CronSchedule": {"quartz_cron_expression", "timezone_id", "pause_status"},
+    "JobParameterDefinition": {"name", "default"},
+}
+_NOT_TASKS = "is not run here: only spark_python_task is"
+REFUSED = {
+    "JobSettings": {
+        "continuous": "give the tasks continuous queries instead (conf/jobs/orders_continuous.yaml)",
+        "trigger": "file-arrival, table and periodic triggers do not run here: use schedule",
+        "triggers": "file-arrival, table and periodic triggers do not run here: use schedule",
+        "git_source": "tasks run from this checkout, not from a Git source",
+        "environments": "no serverless environments here: install packages into the project",
+    },
+    "Task": {
+        f: f"{f} {_NOT_TASKS}"
+        for f in API["Task"]
+        if f.endswith("_task") and f != "spark_python_task"
+    }
+    | {
+        "libraries": "a job installs no libraries here: add them to the project's environment",
+        "disabled": "a disabled task: remove it from the spec",
+        "environment_key": "no serverless environments here",
+        "compute": "no serverless compute here: use new_cluster or job_cluster_key",
+    },
+    "TaskDependency": {"outcome": "condition_task outcomes need condition_task, not run here"},
+    "JobCluster": {f: "no serverless compute here" for f in API["JobCluster"] if "serverless" in f},
+    "ClusterSpec": {
+        "init_scripts": "init scripts are not run here",
+        "docker_image": "no cluster images here: the tasks run in the project's environment",
+    },
+    "CronSchedule": {"sql_condition": "SQL conditions are not evaluated here"},
+}
 REFERENCE = re.compile(r"\{\{\s*([\w.]+)\s*\}\}")
-BUILTIN_REFERENCES = ("job.run_id", "job.name", "task.name", "task.attempt")
+START_TIME = "iso_date iso_datetime timestamp_ms year month day hour minute second is_weekday"
+BUILTIN_REFERENCES = "job.id job.run_id job.name task.name task.run_id task.attempt".split()
+BUILTIN_REFERENCES += ["task.execution_count", *(f"job.start_time.{p}" for p in START_TIME.split())]
 
 
 class RunIf(StrEnum):
@@ -77,6 +121,8 @@ class JobSpec:
     parameters: dict[str, str] = field(default_factory=dict)
     timeout_seconds: int = 0
     schedule: Schedule | None = None  # `lakehouse jobs schedule` runs it at these times
+    warnings: tuple[str, ...] = ()  # Jobs API fields it has that have no effect here
+    job_id: str = ""  # {{job.id}}: an export's job_id, else the name
 
 
 def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
@@ -109,7 +155,12 @@ class _SpecReader:
     def __init__(self, data: dict, root: Path) -> None:
         self.data, self.root = data, root
         self.problems: list[str] = []
-        self.unknown("job", data, JOB_KEYS)
+        self.warnings: list[str] = []
+        self.job_id = str(data.get("job_id", ""))
+        if isinstance(data.get("settings"), dict):  # `databricks jobs get` output
+            self.unknown("job", {k: v for k, v in data.items() if k != "job_id"}, "Job")
+            self.data = data = data["settings"]
+        self.unknown("job", data, "JobSettings")
         self.clusters = self._job_clusters()
         self.parameters = self._parameters()
 
@@ -127,15 +178,24 @@ class _SpecReader:
             self.problems.append(f"{where}.{key}: expected {what}, got {value!r}")
         return value if isinstance(value, kind) else kind()
 
-    def unknown(self, where: str, data: dict, known: set[str]) -> None:
-        for k in sorted(set(data) - known):
-            self.problems.append(f"{where}.{k}: unknown key (known: {', '.join(sorted(known))})")
+    def unknown(self, where: str, data: dict, api: str) -> None:
+        """Each field of `data` (an object of the Jobs API): honoured, refused with the reason,
+        accepted with a warning (an API field with no effect here), or unknown (a typo)."""
+        for k in sorted(set(data) - HONOURED[api]):
+            if reason := REFUSED.get(api, {}).get(k):
+                self.problems.append(f"{where}.{k}: {reason}")
+            elif k in API[api]:
+                self.warnings.append(f"{where}.{k}: a Jobs API field with no effect here")
+            else:
+                near = difflib.get_close_matches(k, API[api], n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                self.problems.append(f"{where}.{k}: not a field of the Jobs API's {api}{hint}")
 
     def cluster(self, where: str, spec: Any) -> Cluster:
         if not isinstance(spec, dict):
             self.problems.append(f"{where}: expected a mapping, got {spec!r}")
             return Cluster()
-        self.unknown(where, spec, CLUSTER_KEYS)
+        self.unknown(where, spec, "ClusterSpec")
         conf = self.typed(spec, where, "spark_conf", dict, "a mapping")
         env = self.typed(spec, where, "spark_env_vars", dict, "a mapping")
         conf, env = ({str(k): str(v) for k, v in m.items()} for m in (conf, env))
@@ -148,6 +208,7 @@ class _SpecReader:
             if not key:
                 self.problems.append(f"job_clusters[{i}].job_cluster_key: required")
                 continue
+            self.unknown(f"job_clusters[{key}]", jc, "JobCluster")
             where = f"job_clusters[{key}].new_cluster"
             clusters[key] = self.cluster(where, jc.get("new_cluster") or {})
         return clusters
@@ -159,7 +220,7 @@ class _SpecReader:
         if not isinstance(spec, dict) or not spec.get("quartz_cron_expression"):
             self.problems.append("job.schedule.quartz_cron_expression: required, a string")
             return None
-        self.unknown("job.schedule", spec, SCHEDULE_KEYS)
+        self.unknown("job.schedule", spec, "CronSchedule")
         status = spec.get("pause_status", "UNPAUSED")
         if status not in ("PAUSED", "UNPAUSED"):
             self.problems.append(f"job.schedule.pause_status: {status!r} is not PAUSED or UNPAUSED")
@@ -179,6 +240,7 @@ class _SpecReader:
             if not isinstance(p, dict) or "name" not in p:
                 self.problems.append(f"parameters[{i}]: expected {{name, default}}")
                 continue
+            self.unknown(f"parameters[{i}]", p, "JobParameterDefinition")
             parameters[str(p["name"])] = str(p.get("default", ""))
         return parameters
 
@@ -198,12 +260,14 @@ class _SpecReader:
         where = f"tasks[{key}]"
         if keys.count(key) > 1 and keys.index(key) == i:
             self.problems.append(f"{where}: task_key used {keys.count(key)} times")
-        self.unknown(where, t, TASK_KEYS)
+        self.unknown(where, t, "Task")
         deps = tuple(self._depends_on(where, t, keys))
         run_if = t.get("run_if", RunIf.ALL_SUCCESS)
         if run_if not in list(RunIf):
             self.problems.append(f"{where}.run_if: {run_if!r} is not one of {', '.join(RunIf)}")
             run_if = RunIf.ALL_SUCCESS
+        if "spark_python_task" not in t and any(k in REFUSED["Task"] for k in t):
+            return None  # another task type: refused above
         if (python_task := self._python_task(where, t.get("spark_python_task"))) is None:
             return None
         return Task(
@@ -220,6 +284,9 @@ class _SpecReader:
 
     def _depends_on(self, where: str, t: dict, keys: list) -> list[str]:
         deps = self.typed(t, where, "depends_on", list, "a list of {task_key}")
+        for d in deps:
+            if isinstance(d, dict):
+                self.unknown(f"{where}.depends_on", d, "TaskDependency")
         deps = [d.get("task_key") if isinstance(d, dict) else None for d in deps]
         unknown = [d for d in deps if d not in keys]
         self.problems += [f"{where}.depends_on: unknown task_key {d!r}" for d in unknown]
@@ -230,6 +297,7 @@ class _SpecReader:
         if not isinstance(spec, dict) or not spec.get("python_file"):
             self.problems.append(f"{where}.python_file: required")
             return None
+        self.unknown(where, spec, "SparkPythonTask")
         python_file = self.root / spec["python_file"]  # an absolute path stays as it is
         if not python_file.is_file():
             self.problems.append(f"{where}.python_file: {python_file} does not exist")
@@ -247,7 +315,14 @@ class _SpecReader:
         if "new_cluster" in t:
             cluster = self.cluster(f"{where}.new_cluster", t["new_cluster"])
         if "existing_cluster_id" in t:
-            cluster = Cluster(master=str(t["existing_cluster_id"]))
+            master = str(t["existing_cluster_id"])
+            if not re.match(r"(spark|k8s|mesos)://|local(\[|$)|yarn$", master):
+                self.problems.append(
+                    f"{where}.existing_cluster_id: {master!r} is not a Spark master URL here "
+                    "(spark://host:7077, local[N], yarn, k8s://...): a workspace cluster id "
+                    "names nothing outside Databricks"
+                )
+            cluster = Cluster(master=master)
         return cluster
 
 
@@ -265,12 +340,18 @@ def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec
     if cycle := find_cycle(deps):
         problems.append(f"tasks: dependency cycle {' -> '.join(cycle)}")
     timeout = reader.integer(data, "job", "timeout_seconds", 0)
+    if data.get("max_concurrent_runs", 1) != 1:
+        problems.append("job.max_concurrent_runs: only 1 here: a job runs one run at a time")
     schedule = reader.schedule()
     if problems:
         count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
         listing = "\n".join(f"  - {p}" for p in problems)
         raise InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
-    return JobSpec(name, source, tuple(tasks), reader.parameters, timeout, schedule)
+    warnings = tuple(f"job spec {source}: {w}" for w in reader.warnings)
+    job_id = reader.job_id or name
+    return JobSpec(
+        name, source, tuple(tasks), reader.parameters, timeout, schedule, warnings, job_id
+    )
 
 
 def resolve(value: str, refs: dict[str, str]) -> str:

@@ -120,7 +120,7 @@ def test_every_problem_is_named_at_once(tmp_path):
     message = str(e.value)
     assert message.startswith(f"job spec {path} is invalid (8 problems):")
     for expected in (
-        "job.colour: unknown key",
+        "job.colour: not a field of the Jobs API's JobSettings",
         "tasks[d].depends_on: unknown task_key 'nope'",
         "tasks[d].run_if: 'SOMETIMES' is not one of ALL_SUCCESS",
         f"tasks[e].spark_python_task.python_file: {ROOT / 'jobs/missing.py'} does not exist",
@@ -224,3 +224,101 @@ def test_a_job_runs_result_is_its_leaf_tasks(tmp_path):
     assert JobRun(1, spec, {"a": "SUCCESS", "b": "SUCCESS"}).state == "SUCCESS"
     assert JobRun(1, spec, {"a": "SUCCESS", "b": "TIMEDOUT"}).state == "FAILED"
     assert JobRun(1, spec, {"a": "FAILED", "b": "CANCELED"}).state == "CANCELED"
+
+
+EXPORT = ROOT / "tests" / "databricks" / "job_get.json"
+
+
+def test_a_job_exported_from_a_workspace_is_read_and_what_does_nothing_here_is_said_once():
+    """`databricks jobs get` output (a realistic export, every common field): the tasks, clusters
+    and parameters are read; each field with no effect here is one warning line."""
+    import json
+
+    job = load_job_spec(EXPORT, ROOT)
+    assert (job.name, job.job_id, [t.key for t in job.tasks]) == (
+        "orders-batch",
+        "911284736120345",
+        ["bronze", "silver", "gold"],
+    )
+    assert job.tasks[0].cluster.spark_conf == {"spark.locality.wait": "0s"}
+    assert (job.tasks[0].max_retries, job.tasks[1].depends_on) == (2, ("bronze",))
+    warned = sorted(w.split(": ")[1] for w in job.warnings)
+    cluster = "job_clusters[orders].new_cluster"
+    assert warned == sorted(
+        [
+            *(f"job.{k}" for k in ("creator_user_name", "run_as_user_name")),
+            "job.created_time",
+            *(f"job.{k}" for k in ("description", "email_notifications", "edit_mode", "format")),
+            *(f"job.{k}" for k in ("health", "notification_settings", "queue", "run_as", "tags")),
+            "job.webhook_notifications",
+            *(f"{cluster}.{k}" for k in ("aws_attributes", "autoscale", "cluster_name")),
+            *(f"{cluster}.{k}" for k in ("custom_tags", "data_security_mode")),
+            *(f"{cluster}.{k}" for k in ("driver_node_type_id", "enable_elastic_disk")),
+            *(f"{cluster}.{k}" for k in ("node_type_id", "runtime_engine", "spark_version")),
+            "tasks[bronze].description",
+            "tasks[bronze].email_notifications",
+            "tasks[bronze].spark_python_task.source",
+            "tasks[silver].health",
+            "tasks[silver].notification_settings",
+            "tasks[silver].webhook_notifications",
+            "tasks[gold].disable_auto_optimization",
+        ]
+    )
+    # the Jobs API's create payload (the settings alone) reads the same, less the wrapper's fields
+    create = EXPORT.with_name("create.json")
+    create.write_text(json.dumps(json.loads(EXPORT.read_text())["settings"]))
+    try:
+        created = load_job_spec(create, ROOT)
+    finally:
+        create.unlink()
+    assert created.tasks == job.tasks and created.job_id == "orders-batch"
+    assert len(created.warnings) == len(job.warnings) - 3
+
+
+def test_a_field_that_changes_behaviour_is_refused_and_a_typo_is_not_taken_for_a_field(tmp_path):
+    import json
+
+    settings = json.loads(EXPORT.read_text())["settings"]
+    settings["libraries"] = [{"pypi": {"package": "requests"}}]
+    settings["tasks"][0]["libraries"] = [{"pypi": {"package": "requests"}}]
+    settings["tasks"][1]["existing_cluster_id"] = "0923-164208-meows279"
+    settings["tasks"][2] = {"task_key": "report", "notebook_task": {"notebook_path": "/r"}}
+    settings["tasks"][0]["max_retry"] = 3
+    settings["continuous"] = {"pause_status": "UNPAUSED"}
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(_write(tmp_path, settings, "create.yaml"), ROOT)
+    problems = str(e.value).splitlines()[1:]
+    assert problems == [
+        "  - job.continuous: give the tasks continuous queries instead "
+        "(conf/jobs/orders_continuous.yaml)",
+        "  - job.libraries: not a field of the Jobs API's JobSettings",
+        "  - tasks[bronze].libraries: a job installs no libraries here: add them to the project's "
+        "environment",
+        "  - tasks[bronze].max_retry: not a field of the Jobs API's Task; did you mean "
+        "'max_retries'?",
+        "  - tasks[silver].existing_cluster_id: '0923-164208-meows279' is not a Spark master URL "
+        "here (spark://host:7077, local[N], yarn, k8s://...): a workspace cluster id names "
+        "nothing outside Databricks",
+        "  - tasks[report].notebook_task: notebook_task is not run here: only spark_python_task is",
+    ]
+
+
+def test_dynamic_references_are_filled_as_databricks_fills_them():
+    from datetime import UTC, datetime
+
+    from pipelines.config import load_config
+    from pipelines.orchestration.runner import JobRunner
+
+    job = load_job_spec(EXPORT, ROOT)
+    runner = JobRunner(load_config("test"), job, parameters={"env": "test"})
+    cmd, _ = runner._command(job.tasks[2], attempt=1)
+    run, day = runner.run_id, datetime.fromtimestamp(runner.run_id / 1000, UTC).date()
+    assert cmd[-7:] == [
+        "--env",
+        "test",
+        "--once",
+        "--tag",
+        f"911284736120345/{run}/{run * 1000 + 2}/2",
+        "--day",
+        day.isoformat(),
+    ]

@@ -153,7 +153,7 @@ def test_a_spec_schedule_is_read_and_its_problems_named(tmp_path):
     path.write_text(yaml.safe_dump({**spec, "schedule": bad}))
     with pytest.raises(InvalidJobSpecError) as e:
         load_job_spec(path)
-    assert "job.schedule.tz: unknown key" in str(e.value)
+    assert "job.schedule.tz: not a field of the Jobs API's CronSchedule" in str(e.value)
     assert "job.schedule.pause_status: 'OFF' is not PAUSED or UNPAUSED" in str(e.value)
     assert "job.schedule: '0 15 * *': a Quartz cron expression has 6 or 7 fields" in str(e.value)
 
