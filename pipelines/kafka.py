@@ -6,6 +6,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -90,7 +91,8 @@ def admin_client(
 ) -> AdminClient:
     timeout_ms = int((timeout_s or conf.kafka.request_timeout_s) * 1000)
     # librdkafka's own connection chatter is silenced: failures surface as our own errors.
-    settings = {**client_settings(conf), "socket.timeout.ms": timeout_ms, "log_level": 0}
+    settings: dict[str, Any] = {**client_settings(conf), "socket.timeout.ms": timeout_ms}
+    settings["log_level"] = 0
     return AdminClient(settings | ({"error_cb": on_error} if on_error else {}))
 
 

@@ -178,7 +178,7 @@ class AppendRawRecords(IdempotentSink):
                 .where((F.col("topic") == topic) & (F.col("partition") == p))
                 .where((F.col("offset") >= s) & (F.col("offset") < e))
                 .agg(F.min("offset"))
-                .first()[0]
+                .collect()[0][0]
             )
             # what Kafka deleted ends before its first offset left, or the first record read: the
             # offsets between those two are transaction markers or aborted records, never data

@@ -78,7 +78,7 @@ def _launch(
     main_class: str,
     *args: str,
     jvm: tuple[str, ...] = (),
-    **options,
+    **options: object,
 ) -> None:
     """Start a deploy class with JVM options `jvm` and `--option value` flags; its pid goes to
     `<name>.pid`."""
@@ -113,8 +113,17 @@ def start(conf: LakehouseConf, quiet: bool = False) -> ClusterStatus:
         _launch(conf, "master", MASTER, host=c.host, jvm=(cores,), **ports)
     for name in [w for w in workers if w not in pids]:
         (d / name).mkdir(exist_ok=True)
-        sizes = {"cores": c.worker_cores, "memory": c.worker_memory, "work_dir": d / name}
-        _launch(conf, name, WORKER, c.master_url, host=c.host, **sizes, webui_port=0)
+        _launch(
+            conf,
+            name,
+            WORKER,
+            c.master_url,
+            host=c.host,
+            cores=c.worker_cores,
+            memory=c.worker_memory,
+            work_dir=d / name,
+            webui_port=0,
+        )
     deadline = time.monotonic() + c.start_timeout_s
     while True:
         st = status(conf)

@@ -311,7 +311,7 @@ class _SpecReader:
         key = t.get("job_cluster_key")
         if "job_cluster_key" in t and key not in self.clusters:
             self.problems.append(f"{where}.job_cluster_key: unknown cluster {key!r}")
-        cluster = self.clusters.get(key, Cluster())
+        cluster = self.clusters.get(str(key), Cluster())
         if "new_cluster" in t:
             cluster = self.cluster(f"{where}.new_cluster", t["new_cluster"])
         if "existing_cluster_id" in t:
@@ -331,8 +331,10 @@ def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec
     source = Path(path)
     reader = _SpecReader(_read_mapping(source), project_root or Path.cwd())
     data, problems = reader.data, reader.problems
-    if not isinstance(name := data.get("name"), str) or not name:
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
         problems.append("job.name: required, a non-empty string")
+        name = ""
     tasks = reader.tasks()
     deps: dict[str, tuple[str, ...]] = {}
     for t in tasks:
@@ -348,7 +350,7 @@ def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec
         listing = "\n".join(f"  - {p}" for p in problems)
         raise InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
     warnings = tuple(f"job spec {source}: {w}" for w in reader.warnings)
-    job_id = reader.job_id or name
+    job_id = reader.job_id or str(name)
     return JobSpec(
         name, source, tuple(tasks), reader.parameters, timeout, schedule, warnings, job_id
     )

@@ -128,7 +128,7 @@ def run_query(
                 query.awaitTermination(1)
                 report(query)
                 if side is not None:
-                    report(side, side_console)
+                    report(side, side_console or console)
                 try:
                     for held in leases:
                         held.renew()
@@ -153,7 +153,7 @@ def run_query(
             if side is not None and side.isActive:
                 _stop_between_batches(side)
         if side is not None:
-            report(side, side_console)
+            report(side, side_console or console)
         report(query)
         console.say(f"done: {console.rows:,} rows in {console.batches} batches")
         return query
@@ -173,7 +173,7 @@ def run_query(
 def _stop_between_batches(query: StreamingQuery) -> None:
     """Stop a query once no batch is running (Spark's stop() interrupts a running batch)."""
     while query.isActive and query.status["isTriggerActive"]:
-        query.awaitTermination(0.1)
+        query.awaitTermination(0.1)  # type: ignore[arg-type]  # seconds: pyspark takes a float
     query.stop()
 
 

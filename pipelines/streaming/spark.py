@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -54,7 +54,7 @@ def build_spark(
             .config("spark.jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3)))
             .config("spark.driver.extraJavaOptions", driver_java_options(json_logs=json_logs))
         )
-    spark = builder.config(map=settings).getOrCreate()
+    spark = builder.config(map=dict[str, Any](settings)).getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
     register_functions(spark)
     # pyspark logs each SQL error with its JVM stack trace as it creates it, even one that the
