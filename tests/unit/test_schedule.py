@@ -4,7 +4,6 @@ computed exactly (time zones, day fields, steps), and every unusable one refused
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,8 +12,7 @@ from pipelines.orchestration.runner import fires_between
 from pipelines.orchestration.schedule import InvalidScheduleError, Schedule
 from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
-JOB = Path(__file__).resolve().parents[2] / "pipelines/jobs/maintenance_job.py"
-TASK = {"task_key": "m", "spark_python_task": {"python_file": str(JOB)}}
+TASK = {"task_key": "m", "spark_python_task": {"python_file": "pipelines/jobs/maintenance_job.py"}}
 
 
 def fires(expression: str, after: datetime, count: int = 3, timezone: str = "UTC") -> list[str]:
