@@ -37,7 +37,7 @@ HONOURED = {
     | {"existing_cluster_id", "max_retries", "min_retry_interval_millis", "retry_on_timeout"}
     | {"timeout_seconds", "run_if"},
     "TaskDependency": {"task_key"},
-    "SparkPythonTask": {"python_file", "parameters"},
+    "SparkPythonTask": {"python_file", "parameters", "source"},
     "JobCluster": {"job_cluster_key", "new_cluster"},
     "ClusterSpec": {"spark_conf", "spark_env_vars"},
     "CronSchedule": {"quartz_cron_expression", "timezone_id", "pause_status"},
@@ -152,8 +152,8 @@ def _read_mapping(source: Path) -> dict:
 class _SpecReader:
     """Reads a spec's parts, collecting every problem instead of stopping at the first."""
 
-    def __init__(self, data: dict, root: Path) -> None:
-        self.data, self.root = data, root
+    def __init__(self, data: dict, base: Path) -> None:
+        self.data, self.base = data, base
         self.problems: list[str] = []
         self.warnings: list[str] = []
         self.job_id = str(data.get("job_id", ""))
@@ -298,7 +298,12 @@ class _SpecReader:
             self.problems.append(f"{where}.python_file: required")
             return None
         self.unknown(where, spec, "SparkPythonTask")
-        python_file = self.root / spec["python_file"]  # an absolute path stays as it is
+        if spec.get("source", "WORKSPACE") != "WORKSPACE":
+            self.problems.append(
+                f"{where}.source: {spec['source']!r}: only WORKSPACE here (a file beside the "
+                "spec); GIT needs git_source, which is not run here"
+            )
+        python_file = self.base / spec["python_file"]  # an absolute path stays as it is
         if not python_file.is_file():
             self.problems.append(f"{where}.python_file: {python_file} does not exist")
         params = self.typed(spec, where, "parameters", list, "a list of strings")
@@ -326,10 +331,12 @@ class _SpecReader:
         return cluster
 
 
-def load_job_spec(path: str | Path, project_root: Path | None = None) -> JobSpec:
-    """Read and check a spec; raise InvalidJobSpecError listing every problem."""
+def load_job_spec(path: str | Path, base: Path | None = None) -> JobSpec:
+    """Read and check a spec; raise InvalidJobSpecError listing every problem. A relative
+    `python_file` is a path from `base`: by default the spec's folder, as in a bundle (never the
+    working directory)."""
     source = Path(path)
-    reader = _SpecReader(_read_mapping(source), project_root or Path.cwd())
+    reader = _SpecReader(_read_mapping(source), base or source.resolve().parent)
     data, problems = reader.data, reader.problems
     name = data.get("name")
     if not isinstance(name, str) or not name:

@@ -25,7 +25,7 @@ def _task(key: str, *deps: str, **extra) -> dict:
         "task_key": key,
         "depends_on": [{"task_key": d} for d in deps],
         "spark_python_task": {
-            "python_file": "pipelines/jobs/bronze_job.py",
+            "python_file": str(ROOT / "pipelines/jobs/bronze_job.py"),
             "parameters": ["--once"],
         },
         **extra,
@@ -34,8 +34,9 @@ def _task(key: str, *deps: str, **extra) -> dict:
 
 def test_the_shipped_specs_are_valid():
     for spec in sorted((ROOT / "conf" / "jobs").glob("*.yaml")):
-        job = load_job_spec(spec, ROOT)
+        job = load_job_spec(spec)  # its files: from the spec's folder
         assert job.tasks and job.name
+        assert all(t.python_file.resolve().is_relative_to(ROOT / "pipelines") for t in job.tasks)
 
 
 def test_a_shipped_spec_runs_on_the_environments_master_unless_one_is_named():
@@ -44,7 +45,7 @@ def test_a_shipped_spec_runs_on_the_environments_master_unless_one_is_named():
 
     conf = load_config("test").updated({"spark.master": "spark://cluster:7077"})
     for spec in sorted((ROOT / "conf" / "jobs").glob("*.yaml")):
-        for task in load_job_spec(spec, ROOT).tasks:
+        for task in load_job_spec(spec).tasks:
             cmd = spark_submit_command(conf, task, [])
             assert cmd[cmd.index("--master") + 1] == "spark://cluster:7077", (spec, task.key)
     cmd = spark_submit_command(conf, task, [], master="local[1]")  # --master on the command line
@@ -112,13 +113,15 @@ def test_every_problem_is_named_at_once(tmp_path):
             },
             _task("a"),
             _task("f", max_retries="3"),
+            _task("g") | {"spark_python_task": {"python_file": "x.py", "source": "GIT"}},
         ],
     }
     path = _write(tmp_path, spec)
+    (tmp_path / "x.py").touch()
     with pytest.raises(InvalidJobSpecError) as e:
         load_job_spec(path, ROOT)
     message = str(e.value)
-    assert message.startswith(f"job spec {path} is invalid (8 problems):")
+    assert message.startswith(f"job spec {path} is invalid (10 problems):")
     for expected in (
         "job.colour: not a field of the Jobs API's JobSettings",
         "tasks[d].depends_on: unknown task_key 'nope'",
@@ -128,6 +131,8 @@ def test_every_problem_is_named_at_once(tmp_path):
         "tasks[a]: task_key used 2 times",
         "tasks[f].max_retries: expected an integer >= -1, got '3'",
         "tasks: dependency cycle a -> c -> b -> a",
+        "tasks[g].spark_python_task.source: 'GIT': only WORKSPACE here",
+        f"tasks[g].spark_python_task.python_file: {ROOT / 'x.py'} does not exist",
     ):
         assert expected in message, message
 
@@ -257,7 +262,6 @@ def test_a_job_exported_from_a_workspace_is_read_and_what_does_nothing_here_is_s
             *(f"{cluster}.{k}" for k in ("node_type_id", "runtime_engine", "spark_version")),
             "tasks[bronze].description",
             "tasks[bronze].email_notifications",
-            "tasks[bronze].spark_python_task.source",
             "tasks[silver].health",
             "tasks[silver].notification_settings",
             "tasks[silver].webhook_notifications",

@@ -4,6 +4,7 @@ computed exactly (time zones, day fields, steps), and every unusable one refused
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,7 +13,8 @@ from pipelines.orchestration.runner import fires_between
 from pipelines.orchestration.schedule import InvalidScheduleError, Schedule
 from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
-TASK = {"task_key": "m", "spark_python_task": {"python_file": "pipelines/jobs/maintenance_job.py"}}
+JOB = Path(__file__).resolve().parents[2] / "pipelines/jobs/maintenance_job.py"
+TASK = {"task_key": "m", "spark_python_task": {"python_file": str(JOB)}}
 
 
 def fires(expression: str, after: datetime, count: int = 3, timezone: str = "UTC") -> list[str]:
