@@ -72,16 +72,10 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
 def spark(base_conf: LakehouseConf):
     from pipelines.streaming.spark import build_spark
 
-    # C1 alone, as the jobs the tests start (see `subprocess_env`): the session runs small
-    # batches, and the CPU full tiers spend compiling is taken from the other worker's tests
-    saved = os.environ.get("JAVA_TOOL_OPTIONS")
-    os.environ["JAVA_TOOL_OPTIONS"] = _C1
-    try:
-        session = build_spark(base_conf, app_name="lakehouse-tests")
-    finally:
-        os.environ.pop("JAVA_TOOL_OPTIONS")
-        if saved is not None:
-            os.environ["JAVA_TOOL_OPTIONS"] = saved
+    # all of the JIT's tiers, unlike the short jobs the tests start (`subprocess_env`): this
+    # session runs for the whole suite, and its compiled code pays back the compiling
+    # (bench/RESULTS.md, "Figures behind code choices")
+    session = build_spark(base_conf, app_name="lakehouse-tests")
     yield session
     session.stop()
 
