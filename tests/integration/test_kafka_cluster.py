@@ -18,6 +18,7 @@ from pipelines.kafka import admin_client, ensure_topic, stable_offsets
 from pipelines.layers.bronze import bronze_tables, table_max_offsets
 from pipelines.layers.gold import gold_tables
 from pipelines.layers.publish import run_publish
+from pipelines.layers.silver import silver_tables
 from pipelines.local import broker
 from pipelines.orchestration.runs import read_runs
 from pipelines.reference.orders_stream import StreamOptions, StreamPlan, generate_orders_stream
@@ -76,14 +77,16 @@ def test_the_cluster_has_three_brokers_and_the_streams_topics_three_replicas_two
 def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_double_nothing(
     spark, cluster_lake, tmp_path
 ):
-    """The continuous job spec runs bronze, silver and gold on the cluster.
+    """The pipeline job spec (Kafka to gold in one query, and publish) runs on the cluster; the
+    layer jobs read Kafka through the same source, and stop and resume as it does under a
+    SIGKILL and a lost checkpoint (test_bronze, test_gold).
 
     1. While the producer (acks=all, idempotent) sends, the leader of partition 0 is SIGKILLed
-       and restarted 4 s later: the producer retries until a new leader takes over, bronze's
-       batch waits as long.
-    2. Every broker then stops for 35 s: bronze stops with one line naming the bootstrap
+       and restarted 4 s later: the producer retries until a new leader takes over, the
+       pipeline's batch waits as long.
+    2. Every broker then stops for 35 s: the pipeline stops with one line naming the bootstrap
        servers (exit code 4), the spec's retries restart it until Kafka answers, and it resumes
-       at its checkpoint; silver and gold wait for data.
+       at its checkpoint.
     3. While the spec's publish task publishes gold's changes of the second part, the leader of
        a gold topic is SIGKILLed and restarted 4 s later.
     Bronze holds each acknowledged record once, at its offset; silver and gold equal their
@@ -110,15 +113,13 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
 
     env = subprocess_env(
         conf,
-        LAKEHOUSE__BRONZE__TRIGGER_INTERVAL="1 second",
-        LAKEHOUSE__SILVER__TRIGGER_INTERVAL="1 second",
-        LAKEHOUSE__GOLD__TRIGGER_INTERVAL="1 second",
-        # bronze gives up after three requests of this (18 s, not 45 s): a shorter outage shows it
+        # the pipeline gives up after three requests of this (18 s, not 45 s): a shorter outage
+        # shows it
         LAKEHOUSE__KAFKA__REQUEST_TIMEOUT_S="6",
     )
     log = tmp_path / "runner.log"
     command = [sys.executable, "-m", "pipelines.cli", "jobs", "run"]
-    command += ["conf/jobs/orders_continuous.yaml", "--param", "env=test"]
+    command += ["conf/jobs/orders_pipeline.yaml", "--param", "env=test"]
     with open(log, "wb") as out:
         runner = subprocess.Popen(
             command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -127,7 +128,7 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
     raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
     sender = threading.Thread(target=send, args=(plans[0], 20))
     try:
-        helpers.wait_for(lambda: "started" in bronze_log_text(conf), runner, log)
+        helpers.wait_for(lambda: "started" in pipeline_log_text(conf), runner, log)
         sender.start()
         helpers.wait_for(
             lambda: helpers.delta_commits(raw) >= 2, runner, log
@@ -161,17 +162,19 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
         products, customers = seeds(conf, "products"), seeds(conf, "customers")
         revenue, countries = gold_oracle((list(expected["events"].values()), products, customers))
 
-        def caught_up() -> bool:
+        def caught_up() -> bool:  # gold, and silver's state query behind it
             aggregates = gold.aggregates
+            try:
+                assert_silver_matches(spark, conf, expected)
+            except AssertionError:
+                return False
             return (
-                helpers.delta_commits(aggregates["gold/orders_by_country_5m"]) > 0
-                and table(spark, aggregates["gold/revenue_by_category_1m"]) == revenue
+                table(spark, aggregates["gold/revenue_by_category_1m"]) == revenue
                 and table(spark, aggregates["gold/orders_by_country_5m"]) == countries
             )
 
-        helpers.wait_for(
-            helpers.on_commit(gold.aggregates.values(), caught_up), runner, log, timeout_s=300
-        )
+        written = [*gold.aggregates.values(), silver_tables(conf, stream).state]
+        helpers.wait_for(helpers.on_commit(written, caught_up), runner, log, timeout_s=300)
         os.killpg(runner.pid, signal.SIGTERM)
         assert runner.wait(timeout=180) == 130, log.read_text()[-3000:]
     finally:
@@ -186,9 +189,9 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
     assert held == sorted(sent)  # every acknowledged record once, at its offset
     assert_silver_matches(spark, conf, expected)
     assert table(spark, gold.late) == []
-    bronze_tries = [r for r in read_runs(conf) if r["task"] == "bronze"]
-    failed = [r for r in bronze_tries if r["state"] == "FAILED"]
-    assert failed and all(r["exit_code"] == 4 for r in failed), bronze_tries
+    tries = [r for r in read_runs(conf) if r["task"] == "pipeline"]
+    failed = [r for r in tries if r["state"] == "FAILED"]
+    assert failed and all(r["exit_code"] == 4 for r in failed), tries
     # one line naming the brokers: none answered, or the partition's leader gave no offsets yet
     assert all(
         r["message"].count(conf.kafka.bootstrap_servers) == 1 and "\n" not in r["message"]
@@ -198,16 +201,16 @@ def test_a_leader_sigkilled_while_producing_then_every_broker_down_lose_and_doub
         f"no Kafka broker answered at {conf.kafka.bootstrap_servers}" in r["message"]
         for r in failed
     ), [r["message"] for r in failed]
-    assert bronze_tries[-1]["state"] == "CANCELED", bronze_tries
+    assert tries[-1]["state"] == "CANCELED", tries
     # every gold change published once: the publish task rode the failures out (its restarts
     # resumed after what Kafka had committed), and a last run catches up with gold
     run_publish(spark, conf, once=True, progress=False)
     assert_published_exactly(spark, conf)
 
 
-def bronze_log_text(conf) -> str:
-    """What the continuous job's first bronze attempt printed so far."""
-    logs = Path(conf.storage.root, "_jobs", "logs").glob("*/bronze-0.log")
+def pipeline_log_text(conf) -> str:
+    """What the job's first pipeline attempt printed so far."""
+    logs = Path(conf.storage.root, "_jobs", "logs").glob("*/pipeline-0.log")
     return "".join(f.read_text() for f in logs)
 
 
