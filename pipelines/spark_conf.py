@@ -64,6 +64,11 @@ def session_settings(conf: LakehouseConf) -> dict[str, str]:
         # the memory it saves is worth (bench/RESULTS.md, "Figures behind code choices").
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # A query that found no new data waits this long before asking its source again (Spark:
+        # 10 ms): an idle pipeline job on its trigger of 0 s asked Kafka 100 times a second
+        # (bench/RESULTS.md, "Figures behind code choices"). Batches with data still follow
+        # each other at once.
+        "spark.sql.streaming.pollingDelay": "250ms",
         "spark.sql.debug.maxToStringFields": "200",
         # Spark's UI, event log and plans hide a setting or source option whose key or value
         # matches: Spark's defaults, and the Kafka source's JAAS option by its key, whatever its
