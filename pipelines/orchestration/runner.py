@@ -97,6 +97,17 @@ def start_time_references(run_id: int) -> dict[str, str]:
     return {f"job.start_time.{k}": v for k, v in parts.items()}
 
 
+_last_run_id = [0]
+_run_ids = threading.Lock()
+
+
+def _new_run_id() -> int:
+    """The time in ms, made unique within this process (runs of a schedule may start at once)."""
+    with _run_ids:
+        _last_run_id[0] = max(int(time.time() * 1000), _last_run_id[0] + 1)
+        return _last_run_id[0]
+
+
 class JobRunner:
     """Runs one spec once; `run()` returns the JobRun with each task's final state."""
 
@@ -119,7 +130,7 @@ class JobRunner:
         self.conf, self.spec, self.master = conf, spec, master
         self.grace, self.env = grace_seconds, dict(os.environ if env is None else env)
         self.parameters = {**spec.parameters, **(parameters or {})}
-        self.run_id = int(time.time() * 1000)
+        self.run_id = _new_run_id()
         run = {"run_id": str(self.run_id)}  # the run's lines name it, as its tasks' lines do
         self.echo = echo or (lambda line: logs.get("jobs").info("%s", line, extra=run))
         self.logs = conf.log_dir / str(self.run_id)
@@ -324,9 +335,10 @@ def run_on_schedule(
     runs: int | None = None,
     **options,
 ) -> list[JobRun]:
-    """Run the job at each fire time of its schedule (or `schedule`), until SIGINT or SIGTERM, or
-    `runs` runs. One run at a time, as Databricks' default `max_concurrent_runs: 1`: a fire time
-    that comes while a run is still going is skipped, and said so. `options`: JobRunner's."""
+    """Start a run of the job at each fire time of its schedule (or `schedule`), until SIGINT or
+    SIGTERM (which stops the runs going), or until `runs` runs have ended. As Databricks: at most
+    `max_concurrent_runs` runs at once; a fire time past them is queued (`queue.enabled`: the run
+    starts when one ends) or skipped, and said so. `options`: JobRunner's."""
     schedule = schedule or spec.schedule
     if schedule is None:
         raise InvalidJobSpecError(
@@ -339,36 +351,77 @@ def run_on_schedule(
             "its schedule (`lakehouse jobs run` runs it once now)"
         )
     echo = options.get("echo") or (lambda line: logs.get("jobs").info("%s", line))
+    say = partial(_say_as, echo, spec.name)
+    wake = threading.Event()  # a signal, or a run that ended
     stopping = threading.Event()
+
+    def stop(*_) -> None:
+        stopping.set()
+        wake.set()
+
     main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in STOP_SIGNALS if main}
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS if main}
     done: list[JobRun] = []
-    last = datetime.now(UTC)
-    try:
-        while runs is None or len(done) < runs:
-            now = datetime.now(UTC)
-            fire = schedule.next_after(last)
-            if fire is None:
-                echo(f"[{spec.name}] schedule {schedule.expression!r}: no fire time left")
-                break
-            if fire < now:  # the previous run was still going: these fire times are skipped
-                skipped, fire = fires_between(schedule, fire, now), schedule.next_after(now)
-                echo(f"[{spec.name}] {skipped} fire time(s) skipped: the previous run was going")
-                if fire is None:
-                    break
-            echo(f"[{spec.name}] next run at {fire.isoformat()} ({schedule.expression!r})")
-            if stopping.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
-                break
-            last = fire
-            runner = JobRunner(conf, spec, **options)
+    going: list[tuple[JobRunner, threading.Thread]] = []
+    started = queued = 0
+
+    def start() -> None:
+        runner = JobRunner(conf, spec, **options)
+
+        def run() -> None:
             done.append(runner.run())
-            if runner.stopping.is_set():  # the run was stopped by a signal: so is the schedule
-                break
+            wake.set()
+
+        going.append((runner, threading.Thread(target=run, name=f"run {runner.run_id}")))
+        going[-1][1].start()
+
+    fire, announced = schedule.next_after(datetime.now(UTC)), None
+    try:
+        while not stopping.is_set() and (runs is None or len(done) < runs):
+            wake.clear()  # a run ending from here on wakes the wait below
+            going[:] = [(r, t) for r, t in going if t.is_alive()]
+            while queued and len(going) < spec.max_concurrent_runs:
+                queued, started = queued - 1, started + 1
+                say("a queued run starts")
+                start()
+            if (runs is not None and started + queued >= runs) or fire is None:
+                if not going and not queued:
+                    if fire is None:
+                        say(f"schedule {schedule.expression!r}: no fire time left")
+                    break
+                wake.wait()
+                continue
+            if fire != announced:
+                say(f"next run at {fire.isoformat()} ({schedule.expression!r})")
+                announced = fire
+            if wake.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
+                continue  # a run ended, or a signal came, before the fire time
+            if len(going) < spec.max_concurrent_runs:
+                started += 1
+                start()
+            elif spec.queue:
+                queued += 1
+                say(f"run queued: {len(going)} run(s) going (max_concurrent_runs)")
+            else:
+                say(f"fire time skipped: {len(going)} run(s) going (max_concurrent_runs)")
+            now = datetime.now(UTC)
+            fire = schedule.next_after(fire)
+            if fire is not None and fire < now:  # the machine slept: these fire times are gone
+                say(f"{fires_between(schedule, fire, now)} fire time(s) skipped: past already")
+                fire = schedule.next_after(now)
     finally:
+        for runner, _ in going:
+            runner.stop(signal.SIGTERM if stopping.is_set() else None)
+        for _, thread in going:
+            thread.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    echo(f"[{spec.name}] schedule stopped after {len(done)} run(s)")
+    say(f"schedule stopped after {len(done)} run(s)")
     return done
+
+
+def _say_as(echo: Callable[[str], None], name: str, message: str) -> None:
+    echo(f"[{name}] {message}")
 
 
 def fires_between(schedule: Schedule, first: datetime, end: datetime) -> int:

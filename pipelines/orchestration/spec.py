@@ -32,7 +32,7 @@ API: dict[str, list[str]] = json.loads(
 HONOURED = {
     "Job": {"settings", "job_id"},
     "JobSettings": {"name", "tasks", "job_clusters", "parameters", "timeout_seconds", "schedule"}
-    | {"max_concurrent_runs"},
+    | {"max_concurrent_runs", "queue"},
     "Task": {"task_key", "depends_on", "spark_python_task", "job_cluster_key", "new_cluster"}
     | {"existing_cluster_id", "max_retries", "min_retry_interval_millis", "retry_on_timeout"}
     | {"timeout_seconds", "run_if"},
@@ -123,6 +123,8 @@ class JobSpec:
     schedule: Schedule | None = None  # `lakehouse jobs schedule` runs it at these times
     warnings: tuple[str, ...] = ()  # Jobs API fields it has that have no effect here
     job_id: str = ""  # {{job.id}}: an export's job_id, else the name
+    max_concurrent_runs: int = 1  # runs of a schedule at once; a fire time past them waits
+    queue: bool = False  # (queued) or is skipped
 
 
 def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str] | None:
@@ -164,8 +166,8 @@ class _SpecReader:
         self.clusters = self._job_clusters()
         self.parameters = self._parameters()
 
-    def integer(self, data: dict, where: str, key: str, minimum: int) -> int:
-        value = data.get(key, 0)
+    def integer(self, data: dict, where: str, key: str, minimum: int, default: int = 0) -> int:
+        value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             self.problems.append(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
             return minimum
@@ -349,8 +351,11 @@ def load_job_spec(path: str | Path, base: Path | None = None) -> JobSpec:
     if cycle := find_cycle(deps):
         problems.append(f"tasks: dependency cycle {' -> '.join(cycle)}")
     timeout = reader.integer(data, "job", "timeout_seconds", 0)
-    if data.get("max_concurrent_runs", 1) != 1:
-        problems.append("job.max_concurrent_runs: only 1 here: a job runs one run at a time")
+    concurrent = reader.integer(data, "job", "max_concurrent_runs", 1, default=1)
+    queue = reader.typed(data, "job", "queue", dict, "a mapping")
+    problems += [f"job.queue.{k}: not a field of QueueSettings" for k in queue if k != "enabled"]
+    if not isinstance(queued := queue.get("enabled", False), bool):
+        problems.append(f"job.queue.enabled: expected true or false, got {queued!r}")
     schedule = reader.schedule()
     if problems:
         count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
@@ -359,7 +364,16 @@ def load_job_spec(path: str | Path, base: Path | None = None) -> JobSpec:
     warnings = tuple(f"job spec {source}: {w}" for w in reader.warnings)
     job_id = reader.job_id or str(name)
     return JobSpec(
-        name, source, tuple(tasks), reader.parameters, timeout, schedule, warnings, job_id
+        name,
+        source,
+        tuple(tasks),
+        reader.parameters,
+        timeout,
+        schedule,
+        warnings,
+        job_id,
+        concurrent,
+        queued is True,
     )
 
 

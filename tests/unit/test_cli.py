@@ -225,3 +225,63 @@ def test_what_follows_spark_sql_is_spark_sqls_own(monkeypatch):
     monkeypatch.setattr(cli, "spark_sql", lambda conf, args: seen.update(vars(args)))
     assert cli.main(["--env", "local", "spark-sql", "-e", "SHOW TABLES", "--help"]) == 0
     assert (seen["env"], seen["args"]) == ("local", ["-e", "SHOW TABLES", "--help"])
+
+
+def _timed_runs(tmp_path, monkeypatch, settings: str, cron: str, seconds: float, runs: int):
+    """`runs` runs of a one-task job on schedule `cron`, its task sleeping `seconds`: each run's
+    (start, end) in the task's own clock, in start order, and what the scheduler said."""
+    from pipelines.config import load_config
+    from pipelines.orchestration.schedule import Schedule
+    from pipelines.orchestration.spec import load_job_spec
+
+    monkeypatch.setattr(
+        runner,
+        "spark_submit_command",
+        lambda conf, task, params, master=None: [sys.executable, str(task.python_file), *params],
+    )
+    times = tmp_path / "times"
+    script = tmp_path / "task.py"
+    script.write_text(
+        "import sys, time\nstart = time.time()\ntime.sleep(float(sys.argv[1]))\n"
+        f"open({str(times)!r}, 'a').write(f'{{start}} {{time.time()}}\\n')\n"
+    )
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"name: j\n{settings}\ntasks:\n  - task_key: t\n    spark_python_task:\n"
+        f"      python_file: {script}\n      parameters: ['{seconds}']\n"
+    )
+    conf = load_config("test").updated({"storage.root": str(tmp_path / "lake")})
+    said: list[str] = []
+    done = runner.run_on_schedule(
+        conf, load_job_spec(spec), Schedule(cron), runs=runs, echo=said.append
+    )
+    assert [r.state for r in done] == ["SUCCESS"] * runs
+    spans = sorted(tuple(map(float, line.split())) for line in times.read_text().splitlines())
+    return spans, said
+
+
+def test_a_schedule_runs_up_to_max_concurrent_runs_at_once_and_skips_past_them(
+    tmp_path, monkeypatch
+):
+    """Runs of 2.5 s fired every second, two at once at most: the second starts while the first
+    runs, the third fire time finds two going and is skipped, the fourth starts the third run."""
+    spans, said = _timed_runs(
+        tmp_path, monkeypatch, "max_concurrent_runs: 2", "* * * * * ?", 2.5, 3
+    )
+    (a_start, a_end), (b_start, b_end), (c_start, _) = spans
+    assert b_start < a_end and c_start > a_end  # two at once, never three
+    assert any("fire time skipped: 2 run(s) going (max_concurrent_runs)" in s for s in said), said
+
+
+def test_a_fire_time_past_max_concurrent_runs_is_queued_and_starts_when_a_run_ends(
+    tmp_path, monkeypatch
+):
+    """One run at a time with the queue on: a run of 4 s fired every 3 s; the second fire time
+    queues a run, which starts as the first ends (~4 s), not at the next fire time (6 s)."""
+    spans, said = _timed_runs(
+        tmp_path, monkeypatch, "queue: {enabled: true}", "*/3 * * * * ?", 4.0, 2
+    )
+    (_, a_end), (b_start, _) = spans
+    assert 0 < b_start - a_end < 1.2, spans  # a task's start, not the 1.8 s to the next fire
+    assert any("run queued: 1 run(s) going" in s for s in said), said
+    assert any("a queued run starts" in s for s in said), said

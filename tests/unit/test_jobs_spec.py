@@ -99,6 +99,8 @@ def test_every_problem_is_named_at_once(tmp_path):
     spec = {
         "name": "broken",
         "colour": "red",
+        "max_concurrent_runs": 0,
+        "queue": {"enabled": "yes", "size": 3},
         "tasks": [
             _task("a", "c"),
             _task("b", "a"),
@@ -121,7 +123,7 @@ def test_every_problem_is_named_at_once(tmp_path):
     with pytest.raises(InvalidJobSpecError) as e:
         load_job_spec(path, ROOT)
     message = str(e.value)
-    assert message.startswith(f"job spec {path} is invalid (10 problems):")
+    assert message.startswith(f"job spec {path} is invalid (13 problems):")
     for expected in (
         "job.colour: not a field of the Jobs API's JobSettings",
         "tasks[d].depends_on: unknown task_key 'nope'",
@@ -133,6 +135,9 @@ def test_every_problem_is_named_at_once(tmp_path):
         "tasks: dependency cycle a -> c -> b -> a",
         "tasks[g].spark_python_task.source: 'GIT': only WORKSPACE here",
         f"tasks[g].spark_python_task.python_file: {ROOT / 'x.py'} does not exist",
+        "job.max_concurrent_runs: expected an integer >= 1, got 0",
+        "job.queue.enabled: expected true or false, got 'yes'",
+        "job.queue.size: not a field of QueueSettings",
     ):
         assert expected in message, message
 
@@ -240,6 +245,7 @@ def test_a_job_exported_from_a_workspace_is_read_and_what_does_nothing_here_is_s
     import json
 
     job = load_job_spec(EXPORT, ROOT)
+    assert (job.max_concurrent_runs, job.queue) == (1, True)
     assert (job.name, job.job_id, [t.key for t in job.tasks]) == (
         "orders-batch",
         "911284736120345",
@@ -254,7 +260,7 @@ def test_a_job_exported_from_a_workspace_is_read_and_what_does_nothing_here_is_s
             *(f"job.{k}" for k in ("creator_user_name", "run_as_user_name")),
             "job.created_time",
             *(f"job.{k}" for k in ("description", "email_notifications", "edit_mode", "format")),
-            *(f"job.{k}" for k in ("health", "notification_settings", "queue", "run_as", "tags")),
+            *(f"job.{k}" for k in ("health", "notification_settings", "run_as", "tags")),
             "job.webhook_notifications",
             *(f"{cluster}.{k}" for k in ("aws_attributes", "autoscale", "cluster_name")),
             *(f"{cluster}.{k}" for k in ("custom_tags", "data_security_mode")),
