@@ -42,7 +42,7 @@ tasks:
   - task_key: pipeline
     job_cluster_key: local
     spark_python_task:
-      python_file: pipelines/jobs/pipeline_job.py
+      python_file: ROOT/pipelines/jobs/pipeline_job.py
       parameters: ["--env", "{{job.parameters.env}}", "--once"]
 """
 
@@ -53,7 +53,7 @@ parameters: [{name: env, default: test}]
 tasks:
   - task_key: bronze
     spark_python_task:
-      python_file: pipelines/jobs/bronze_job.py
+      python_file: ROOT/pipelines/jobs/bronze_job.py
       parameters: ["--env", "{{job.parameters.env}}", "--once"]
     max_retries: -1
     min_retry_interval_millis: 1000
@@ -171,7 +171,7 @@ def test_produce_then_bronze_silver_gold_over_sasl_ssl_are_exact_and_the_passwor
     } == {p: ([1, 2, 3], [1, 2, 3]) for p in range(conf.streams["orders"].partitions)}
     seed_dimensions(spark, conf)
     spec = tmp_path / "secured.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(SPEC.replace("ROOT", str(REPO_ROOT)))
     # the job's lines as JSON, with the project's debug lines and Spark's info lines among them
     logged = {"LAKEHOUSE__LOG__FORMAT": "json", "LAKEHOUSE__LOG__LEVEL": "DEBUG"}
     logged["LAKEHOUSE__SPARK__LOG_LEVEL"] = "INFO"
@@ -282,7 +282,7 @@ def test_a_wrong_password_or_an_untrusted_certificate_fails_fast_with_one_line_a
 
     # a task retried for ever is tried once
     spec = tmp_path / "retried.yaml"
-    spec.write_text(RETRIED_SPEC)
+    spec.write_text(RETRIED_SPEC.replace("ROOT", str(REPO_ROOT)))
     done = run_cli(wrong, "jobs", "run", str(spec), "--param", "env=test")
     assert done.returncode == ExitCode.JOB_FAILED, done.stderr
     (attempt,) = [r for r in read_runs(conf) if r["task"] == "bronze"]
