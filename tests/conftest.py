@@ -21,6 +21,10 @@ from pipelines.config import LakehouseConf, load_config
 # An empty file of the project's is its main instead.
 if not hasattr(sys.modules["__main__"], "__file__"):
     sys.modules["__main__"].__file__ = str(Path(__file__).with_name("__init__.py"))
+# The suite sets the project's variables itself: one left in the shell that runs it (an
+# exported LAKEHOUSE__STORAGE__ROOT, LAKEHOUSE_ENV) would change what every test loads.
+for _name in [n for n in os.environ if n.startswith("LAKEHOUSE_") and n != "LAKEHOUSE_TEST_SEED"]:
+    del os.environ[_name]
 # Spark hands timestamps to Python in the process's local zone: make it UTC, like the tables.
 os.environ["TZ"] = "UTC"
 time.tzset()
