@@ -98,7 +98,7 @@ def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
     from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
     try:
-        spec = load_job_spec(args.spec)
+        spec = load_job_spec(args.spec, clusters=conf.jobs.clusters)
     except InvalidJobSpecError as e:
         if not args.json:
             raise
@@ -140,7 +140,7 @@ def _job(conf: LakehouseConf, args: argparse.Namespace):
     """The spec, the environment its tasks run in and the runner's options, from the arguments."""
     from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
-    spec = load_job_spec(args.spec)
+    spec = load_job_spec(args.spec, clusters=conf.jobs.clusters)
     if bad := [p for p in args.param if "=" not in p]:
         raise InvalidJobSpecError(f"--param {bad[0]!r}: expected NAME=VALUE")
     conf, params = job_environment(conf, spec.parameters, dict(p.split("=", 1) for p in args.param))

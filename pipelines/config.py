@@ -433,6 +433,19 @@ class TablesConf(_Section):
     names: dict[TableName, CatalogName] = {"_jobs/runs": "system.job_runs"}
 
 
+class JobClusterConf(_Section):
+    """What a job spec's cluster (an `existing_cluster_id` or a `job_cluster_key`) runs on here."""
+
+    master: str | None = None  # None: spark.master, unless the spec or the command names one
+    spark_conf: dict[str, str] = {}  # under the spec's own spark_conf
+
+
+class JobsConf(_Section):
+    """Clusters of Databricks job specs, by the id or key the specs give them."""
+
+    clusters: dict[str, JobClusterConf] = {}
+
+
 class ProducerConf(_Section):
     """Defaults of `lakehouse produce` for the reference stream."""
 
@@ -469,6 +482,7 @@ class LakehouseConf(_Section):
     maintenance: MaintenanceConf = MaintenanceConf()
     cluster: ClusterConf = ClusterConf()
     producer: ProducerConf = ProducerConf()
+    jobs: JobsConf = JobsConf()
     tables: TablesConf = TablesConf()
     streams: dict[str, StreamConf] = {}
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)  # set key -> where, by the loader

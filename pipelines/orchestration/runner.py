@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import cast
 
 from pipelines import logs
-from pipelines.config import LakehouseConf
+from pipelines.config import JobClusterConf, LakehouseConf
 from pipelines.errors import ExitCode
 from pipelines.local.cds import archive_java_options, driver_java_options
 from pipelines.local.jars import spark_jars
@@ -49,10 +49,11 @@ NOT_RETRIED = {ExitCode.DENIED: "the broker refused the login or its certificate
 def spark_submit_command(
     conf: LakehouseConf, task: Task, parameters: list[str], master: str | None = None
 ) -> list[str]:
-    settings = {**session_settings(conf), **task.cluster.spark_conf}
+    mapped = conf.jobs.clusters.get(task.cluster.name or "", JobClusterConf())
+    settings = {**session_settings(conf), **mapped.spark_conf, **task.cluster.spark_conf}
     memory = settings.pop("spark.driver.memory")  # a driver setting: given as --driver-memory
     submit = str(Path(sys.executable).with_name("spark-submit"))
-    master = master or task.cluster.master or conf.spark.master
+    master = master or task.cluster.master or mapped.master or conf.spark.master
     if master == conf.cluster.master_url and (options := archive_java_options()):
         # the project's own cluster runs its executors on this machine: the archive is theirs too
         settings.setdefault("spark.executor.extraJavaOptions", options)

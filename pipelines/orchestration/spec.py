@@ -1,7 +1,8 @@
 """Job specs (YAML or JSON) in the shape of the Databricks Jobs API 2.1, checked before running.
 
 The keys are those of the API (docs/operations.md, "Jobs: Databricks-style multi-task jobs",
-says what they do here); `existing_cluster_id` is a Spark master URL such as spark://host:7077.
+says what they do here); `existing_cluster_id` is a Spark master URL such as spark://host:7077
+or a cluster of the configuration's `jobs.clusters`.
 Every problem is reported at once, naming file and key.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from graphlib import CycleError, TopologicalSorter
@@ -94,7 +96,8 @@ class InvalidJobSpecError(ConfigError):
 
 @dataclass(frozen=True)
 class Cluster:
-    master: str | None = None  # None: the environment's spark.master
+    master: str | None = None  # None: the configuration's (jobs.clusters, then spark.master)
+    name: str | None = None  # its job_cluster_key or existing_cluster_id: jobs.clusters's key
     spark_conf: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -154,8 +157,8 @@ def _read_mapping(source: Path) -> dict:
 class _SpecReader:
     """Reads a spec's parts, collecting every problem instead of stopping at the first."""
 
-    def __init__(self, data: dict, base: Path) -> None:
-        self.data, self.base = data, base
+    def __init__(self, data: dict, base: Path, clusters: Collection[str]) -> None:
+        self.data, self.base, self.known_clusters = data, base, clusters
         self.problems: list[str] = []
         self.warnings: list[str] = []
         self.job_id = str(data.get("job_id", ""))
@@ -193,7 +196,7 @@ class _SpecReader:
                 hint = f"; did you mean {near[0]!r}?" if near else ""
                 self.problems.append(f"{where}.{k}: not a field of the Jobs API's {api}{hint}")
 
-    def cluster(self, where: str, spec: Any) -> Cluster:
+    def cluster(self, where: str, spec: Any, name: str | None = None) -> Cluster:
         if not isinstance(spec, dict):
             self.problems.append(f"{where}: expected a mapping, got {spec!r}")
             return Cluster()
@@ -201,7 +204,7 @@ class _SpecReader:
         conf = self.typed(spec, where, "spark_conf", dict, "a mapping")
         env = self.typed(spec, where, "spark_env_vars", dict, "a mapping")
         conf, env = ({str(k): str(v) for k, v in m.items()} for m in (conf, env))
-        return Cluster(master=conf.pop("spark.master", None), spark_conf=conf, env=env)
+        return Cluster(conf.pop("spark.master", None), name, spark_conf=conf, env=env)
 
     def _job_clusters(self) -> dict[str, Cluster]:
         clusters = {}
@@ -212,7 +215,7 @@ class _SpecReader:
                 continue
             self.unknown(f"job_clusters[{key}]", jc, "JobCluster")
             where = f"job_clusters[{key}].new_cluster"
-            clusters[key] = self.cluster(where, jc.get("new_cluster") or {})
+            clusters[key] = self.cluster(where, jc.get("new_cluster") or {}, str(key))
         return clusters
 
     def schedule(self) -> Schedule | None:
@@ -322,23 +325,27 @@ class _SpecReader:
         if "new_cluster" in t:
             cluster = self.cluster(f"{where}.new_cluster", t["new_cluster"])
         if "existing_cluster_id" in t:
-            master = str(t["existing_cluster_id"])
-            if not re.match(r"(spark|k8s|mesos)://|local(\[|$)|yarn$", master):
+            cluster_id = str(t["existing_cluster_id"])
+            if cluster_id in self.known_clusters:
+                return Cluster(name=cluster_id)
+            if not re.match(r"(spark|k8s|mesos)://|local(\[|$)|yarn$", cluster_id):
                 self.problems.append(
-                    f"{where}.existing_cluster_id: {master!r} is not a Spark master URL here "
-                    "(spark://host:7077, local[N], yarn, k8s://...): a workspace cluster id "
-                    "names nothing outside Databricks"
+                    f"{where}.existing_cluster_id: {cluster_id!r} is neither a cluster of the "
+                    "configuration's jobs.clusters nor a Spark master URL (spark://host:7077, "
+                    "local[N], yarn, k8s://...)"
                 )
-            cluster = Cluster(master=master)
+            cluster = Cluster(master=cluster_id, name=cluster_id)
         return cluster
 
 
-def load_job_spec(path: str | Path, base: Path | None = None) -> JobSpec:
+def load_job_spec(
+    path: str | Path, base: Path | None = None, clusters: Collection[str] = ()
+) -> JobSpec:
     """Read and check a spec; raise InvalidJobSpecError listing every problem. A relative
     `python_file` is a path from `base`: by default the spec's folder, as in a bundle (never the
-    working directory)."""
+    working directory). `clusters`: the ids an `existing_cluster_id` may name (jobs.clusters)."""
     source = Path(path)
-    reader = _SpecReader(_read_mapping(source), base or source.resolve().parent)
+    reader = _SpecReader(_read_mapping(source), base or source.resolve().parent, clusters)
     data, problems = reader.data, reader.problems
     name = data.get("name")
     if not isinstance(name, str) or not name:

@@ -306,9 +306,9 @@ def test_a_field_that_changes_behaviour_is_refused_and_a_typo_is_not_taken_for_a
         "environment",
         "  - tasks[bronze].max_retry: not a field of the Jobs API's Task; did you mean "
         "'max_retries'?",
-        "  - tasks[silver].existing_cluster_id: '0923-164208-meows279' is not a Spark master URL "
-        "here (spark://host:7077, local[N], yarn, k8s://...): a workspace cluster id names "
-        "nothing outside Databricks",
+        "  - tasks[silver].existing_cluster_id: '0923-164208-meows279' is neither a cluster of "
+        "the configuration's jobs.clusters nor a Spark master URL (spark://host:7077, local[N], "
+        "yarn, k8s://...)",
         "  - tasks[report].notebook_task: notebook_task is not run here: only spark_python_task is",
     ]
 
@@ -332,3 +332,42 @@ def test_dynamic_references_are_filled_as_databricks_fills_them():
         "--day",
         day.isoformat(),
     ]
+
+
+def test_a_cluster_id_or_key_runs_on_the_master_and_settings_the_configuration_gives_it(tmp_path):
+    """jobs.clusters maps an existing_cluster_id or a job_cluster_key to a master and Spark
+    settings; the spec's own spark_conf wins over them, --master over every master."""
+    import json
+
+    from pipelines.config import load_config
+    from pipelines.orchestration.runner import spark_submit_command
+
+    settings = json.loads(EXPORT.read_text())["settings"]
+    settings["tasks"][1]["existing_cluster_id"] = "0923-164208-meows279"
+    path = _write(tmp_path, settings, "create.yaml")
+    conf = load_config("test").updated(
+        {
+            "jobs.clusters": {
+                "0923-164208-meows279": {
+                    "master": "spark://prod:7077",
+                    "spark_conf": {"spark.executor.memory": "8g"},
+                },
+                settings["tasks"][0]["job_cluster_key"]: {"spark_conf": {"spark.x.Y": "1"}},
+            }
+        }
+    )
+    job = load_job_spec(path, ROOT, clusters=conf.jobs.clusters)
+    by_key = {t.key: t for t in job.tasks}
+
+    def submitted(key: str, master: str | None = None) -> tuple[str, set[str]]:
+        cmd = spark_submit_command(conf, by_key[key], [], master)
+        return cmd[cmd.index("--master") + 1], {
+            cmd[i + 1] for i, a in enumerate(cmd) if a == "--conf"
+        }
+
+    master, confs = submitted("silver")
+    assert master == "spark://prod:7077" and "spark.executor.memory=8g" in confs
+    assert submitted("silver", "local[1]")[0] == "local[1]"
+    master, confs = submitted("bronze")  # its job cluster: the mapped settings, the env's master
+    assert master == conf.spark.master and "spark.x.Y=1" in confs
+    assert not any(c.startswith("spark.executor.memory=") for c in confs)
