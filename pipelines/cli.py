@@ -94,11 +94,22 @@ def jobs_runs(conf: LakehouseConf, args: argparse.Namespace) -> None:
         )
 
 
-def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
+def _load_spec(conf: LakehouseConf, args: argparse.Namespace):
+    from pipelines.orchestration.bundle import BundleChoice
     from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
 
+    if bad := [v for v in args.var if "=" not in v]:
+        raise InvalidJobSpecError(f"--var {bad[0]!r}: expected NAME=VALUE")
+    variables = dict(v.split("=", 1) for v in args.var)
+    choice = BundleChoice(args.job, args.target, variables)
+    return load_job_spec(args.spec, clusters=conf.jobs.clusters, bundle=choice)
+
+
+def jobs_validate(conf: LakehouseConf, args: argparse.Namespace) -> int | None:
+    from pipelines.orchestration.spec import InvalidJobSpecError
+
     try:
-        spec = load_job_spec(args.spec, clusters=conf.jobs.clusters)
+        spec = _load_spec(conf, args)
     except InvalidJobSpecError as e:
         if not args.json:
             raise
@@ -138,9 +149,9 @@ def job_environment(
 
 def _job(conf: LakehouseConf, args: argparse.Namespace):
     """The spec, the environment its tasks run in and the runner's options, from the arguments."""
-    from pipelines.orchestration.spec import InvalidJobSpecError, load_job_spec
+    from pipelines.orchestration.spec import InvalidJobSpecError
 
-    spec = load_job_spec(args.spec, clusters=conf.jobs.clusters)
+    spec = _load_spec(conf, args)
     if bad := [p for p in args.param if "=" not in p]:
         raise InvalidJobSpecError(f"--param {bad[0]!r}: expected NAME=VALUE")
     conf, params = job_environment(conf, spec.parameters, dict(p.split("=", 1) for p in args.param))
@@ -355,9 +366,17 @@ def common_options(*, defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
+def spec_arguments(p: argparse.ArgumentParser) -> None:
+    """A job spec, or a bundle and which of its jobs."""
+    p.add_argument("spec", type=Path, help="a job spec, or a bundle's databricks.yml")
+    p.add_argument("--job", help="the bundle's job (its key under resources.jobs)")
+    p.add_argument("--target", help="the bundle's target (default: its default one)")
+    p.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
+
+
 def job_arguments(p: argparse.ArgumentParser) -> None:
     """A job spec and how its tasks run."""
-    p.add_argument("spec", type=Path)
+    spec_arguments(p)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
     p.add_argument("--master", help="every task on this master, e.g. spark://127.0.0.1:7077")
     p.add_argument("--grace-seconds", type=float, default=120, help="time to stop before SIGKILL")
@@ -432,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timezone", help="the --cron expression's time zone (default UTC)")
     p.add_argument("--runs", type=int, help="stop after this many runs (default: run for ever)")
     p = command("validate", jobs_validate, "check a job spec without running it", jobs)
-    p.add_argument("spec", type=Path)
+    spec_arguments(p)
     p.add_argument("--json", action="store_true", help="the spec's tasks as a JSON object")
     p = command("runs", jobs_runs, "the recorded runs, one line per task attempt", jobs)
     p.add_argument("--json", action="store_true", help="the attempts as a JSON array")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 import yaml
 
 from pipelines.errors import ConfigError
+from pipelines.orchestration.bundle import BundleChoice, bundle_job, is_bundle
 from pipelines.orchestration.schedule import InvalidScheduleError, Schedule
 
 # The fields of the Jobs API objects, from the Databricks SDK (scripts/databricks_job_fields.py).
@@ -308,7 +310,7 @@ class _SpecReader:
                 f"{where}.source: {spec['source']!r}: only WORKSPACE here (a file beside the "
                 "spec); GIT needs git_source, which is not run here"
             )
-        python_file = self.base / spec["python_file"]  # an absolute path stays as it is
+        python_file = Path(os.path.normpath(self.base / spec["python_file"]))  # absolute: as is
         if not python_file.is_file():
             self.problems.append(f"{where}.python_file: {python_file} does not exist")
         params = self.typed(spec, where, "parameters", list, "a list of strings")
@@ -338,15 +340,31 @@ class _SpecReader:
         return cluster
 
 
+def _invalid(source: Path, problems: list[str]) -> InvalidJobSpecError:
+    count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
+    listing = "\n".join(f"  - {p}" for p in problems)
+    return InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
+
+
 def load_job_spec(
-    path: str | Path, base: Path | None = None, clusters: Collection[str] = ()
+    path: str | Path,
+    base: Path | None = None,
+    clusters: Collection[str] = (),
+    bundle: BundleChoice | None = None,
 ) -> JobSpec:
-    """Read and check a spec; raise InvalidJobSpecError listing every problem. A relative
-    `python_file` is a path from `base`: by default the spec's folder, as in a bundle (never the
-    working directory). `clusters`: the ids an `existing_cluster_id` may name (jobs.clusters)."""
+    """Read and check a spec, or a job of a bundle (`bundle`: which); raise InvalidJobSpecError
+    listing every problem. A relative `python_file` is a path from `base`: by default the spec's
+    folder, in a bundle the folder of the file holding it (never the working directory).
+    `clusters`: the ids an `existing_cluster_id` may name (jobs.clusters)."""
     source = Path(path)
-    reader = _SpecReader(_read_mapping(source), base or source.resolve().parent, clusters)
+    data, found, said = _read_mapping(source), list[str](), list[str]()
+    if is_bundle(data):
+        data = bundle_job(source, data, bundle or BundleChoice(), found, said)
+        if found:
+            raise _invalid(source, found)
+    reader = _SpecReader(data, base or source.resolve().parent, clusters)
     data, problems = reader.data, reader.problems
+    reader.warnings[:0] = said
     name = data.get("name")
     if not isinstance(name, str) or not name:
         problems.append("job.name: required, a non-empty string")
@@ -365,9 +383,7 @@ def load_job_spec(
         problems.append(f"job.queue.enabled: expected true or false, got {queued!r}")
     schedule = reader.schedule()
     if problems:
-        count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
-        listing = "\n".join(f"  - {p}" for p in problems)
-        raise InvalidJobSpecError(f"job spec {source} is invalid ({count}):\n{listing}")
+        raise _invalid(source, problems)
     warnings = tuple(f"job spec {source}: {w}" for w in reader.warnings)
     job_id = reader.job_id or str(name)
     return JobSpec(

@@ -371,3 +371,52 @@ def test_a_cluster_id_or_key_runs_on_the_master_and_settings_the_configuration_g
     master, confs = submitted("bronze")  # its job cluster: the mapped settings, the env's master
     assert master == conf.spark.master and "spark.x.Y=1" in confs
     assert not any(c.startswith("spark.executor.memory=") for c in confs)
+
+
+BUNDLE = ROOT / "tests" / "databricks" / "bundle" / "databricks.yml"
+
+
+def test_a_bundles_job_is_read_with_its_includes_target_and_variables(monkeypatch):
+    """A job of a bundle: from an included file, its paths from the file holding them (or the
+    bundle root), variables from defaults, the target, BUNDLE_VAR_ and --var; the production
+    target's task merged into the job's by task_key; the bundle's permissions warned about."""
+    from pipelines.orchestration.bundle import BundleChoice
+
+    monkeypatch.delenv("BUNDLE_VAR_env", raising=False)
+    dev = load_job_spec(BUNDLE, bundle=BundleChoice(job="orders_ingest"))
+    assert dev.name == "orders-ingest-dev"
+    assert [(t.key, t.python_file, t.parameters, t.max_retries) for t in dev.tasks] == [
+        ("bronze", ROOT / "pipelines/jobs/bronze_job.py", ("--env", "local", "--once"), 0),
+        ("silver", ROOT / "pipelines/jobs/silver_job.py", ("--env", "local", "--once"), 0),
+    ]
+    assert any("permissions: a bundle field with no effect here" in w for w in dev.warnings)
+    prod = load_job_spec(BUNDLE, bundle=BundleChoice(job="orders_ingest", target="prod"))
+    silver = prod.tasks[1]
+    assert (silver.parameters, silver.max_retries, silver.depends_on) == (
+        ("--env", "test", "--once", "--quiet"),
+        3,
+        ("bronze",),
+    )
+    monkeypatch.setenv("BUNDLE_VAR_env", "from-env")
+    assert load_job_spec(BUNDLE, bundle=BundleChoice("orders_ingest")).tasks[0].parameters[1] == (
+        "from-env"
+    )
+    chosen = BundleChoice("orders_ingest", variables={"env": "from-var"})
+    assert load_job_spec(BUNDLE, bundle=chosen).tasks[0].parameters[1] == "from-var"
+
+
+def test_a_bundle_says_which_job_target_or_variable_is_missing():
+    from pipelines.orchestration.bundle import BundleChoice
+
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(BUNDLE)
+    assert str(e.value).splitlines()[1:] == [
+        "  - name one of its jobs with --job (jobs: orders_ingest, report)"
+    ]
+    with pytest.raises(InvalidJobSpecError) as e:
+        load_job_spec(BUNDLE, bundle=BundleChoice("report", target="staging"))
+    assert str(e.value).splitlines()[1:] == [
+        "  - no target 'staging' (targets: dev, prod)",
+        "  - variable 'warehouse_id' has no value: give it a default, --var warehouse_id=VALUE "
+        "or BUNDLE_VAR_warehouse_id",
+    ]
