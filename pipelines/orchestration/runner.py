@@ -7,6 +7,7 @@ queries), then SIGKILL after the grace period. Every attempt is a row of the run
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -14,13 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import cast
 
-from pipelines import logs
+from pipelines import logs, task_values
 from pipelines.config import JobClusterConf, LakehouseConf
 from pipelines.errors import ExitCode
 from pipelines.local.cds import archive_java_options, driver_java_options
@@ -36,11 +37,28 @@ from pipelines.orchestration.runs import (
     record_attempt,
 )
 from pipelines.orchestration.schedule import Schedule
-from pipelines.orchestration.spec import InvalidJobSpecError, JobSpec, RunIf, Task, resolve
+from pipelines.orchestration.spec import (
+    CONDITION_OPS,
+    InvalidJobSpecError,
+    JobSpec,
+    RunIf,
+    Task,
+    TaskKind,
+    load_job_spec,
+    resolve,
+)
 from pipelines.orchestration.task_logs import remove_old_runs, rotate
 from pipelines.spark_conf import session_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+JOBS = Path(__file__).resolve().parent.parent / "jobs"  # the launchers of wheel and notebook tasks
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class TaskValueMissingError(InvalidJobSpecError):
+    """A task's parameters name a task value that was not set."""
+
+
 # Failures a retry repeats: retrying a refused login would only hammer the broker (and may lock
 # the account); the next run of the job, with new settings, tries again.
 NOT_RETRIED = {ExitCode.DENIED: "the broker refused the login or its certificate (exit code 7)"}
@@ -62,7 +80,38 @@ def spark_submit_command(
     cmd += ["--jars", ",".join(str(j) for j in spark_jars(s3=conf.uses_s3))]
     cmd += ["--driver-java-options", driver_java_options(json_logs=conf.log.format == "json")]
     cmd += [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+    if task.kind == TaskKind.SPARK_SUBMIT:  # its parameters are spark-submit's own
+        return [*cmd, *parameters]
+    if task.kind == TaskKind.PYTHON_WHEEL:
+        return [*cmd, str(JOBS / "wheel_task.py"), *task.target, *parameters]
     return [*cmd, str(task.python_file), *parameters]
+
+
+def condition_holds(op: str, left: str, right: str) -> bool:
+    """A condition_task's outcome: numbers compared as numbers, anything else as strings (only
+    EQUAL_TO and NOT_EQUAL hold for strings that are not both numbers)."""
+    try:
+        a, b = float(left), float(right)
+    except ValueError:
+        if op not in ("EQUAL_TO", "NOT_EQUAL"):
+            return False
+        return (left == right) == (op == "EQUAL_TO")
+    compare = {"==": a == b, "!=": a != b, ">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}
+    return compare[CONDITION_OPS[op]]
+
+
+def find_job(source: Path, job_id: str) -> Path:
+    """The spec a run_job_task names by job name or job_id: beside `source`, else in conf/jobs."""
+    folders = dict.fromkeys([source.resolve().parent, JOBS.parent.parent / "conf" / "jobs"])
+    for path in (p for f in folders for p in sorted(f.glob("*.*")) if p.suffix in SPEC_SUFFIXES):
+        try:
+            spec = load_job_spec(path)
+        except InvalidJobSpecError:
+            continue
+        if job_id in (spec.name, spec.job_id):
+            return path
+    listed = ", ".join(str(f) for f in folders)
+    raise InvalidJobSpecError(f"run_job_task: no job {job_id!r} in {listed}")
 
 
 def run_if_outcome(run_if: RunIf, states: list[RunState]) -> RunState:
@@ -138,12 +187,13 @@ class JobRunner:
         self.stopping = threading.Event()
         self.done = threading.Condition()  # guards the run's states
         self.record_lock = threading.Lock()
+        self.children: list[JobRunner] = []  # runs of run_job_tasks
 
     def _say(self, message: str) -> None:
         self.echo(f"[{self.spec.name}] {message}")
 
-    def _command(self, task: Task, attempt: int) -> tuple[list[str], dict[str, str]]:
-        """The attempt's spark-submit command line and environment."""
+    def _references(self, task: Task, attempt: int) -> dict[str, str]:
+        """What the attempt's {{...}} are filled with, task values of earlier tasks included."""
         refs = {f"job.parameters.{k}": v for k, v in self.parameters.items()}
         refs |= {"job.id": self.spec.job_id, "job.run_id": str(self.run_id)}
         refs |= {"job.name": self.spec.name, "task.name": task.key, "task.attempt": str(attempt)}
@@ -151,23 +201,59 @@ class JobRunner:
         refs |= {"task.run_id": str(self.run_id * 1000 + index)}
         refs |= {"task.execution_count": str(attempt + 1)}  # Databricks counts from 1
         refs |= start_time_references(self.run_id)
-        params = [resolve(p, refs) for p in task.parameters]
+        for t in self.spec.tasks:
+            for key, value in task_values.read(self.logs, t.key).items():
+                refs[f"tasks.{t.key}.values.{key}"] = (
+                    str(value) if isinstance(value, str) else (json.dumps(value))
+                )
+        return refs
+
+    def _fill(self, values: Iterable[str], refs: dict[str, str]) -> list[str]:
+        """`values` with their references filled; a task value not set fails the attempt."""
+        try:
+            return [resolve(v, refs) for v in values]
+        except KeyError as e:
+            raise TaskValueMissingError(
+                f"{{{{{e.args[0]}}}}}: that task set no such value"
+            ) from None
+
+    def _command(self, task: Task, attempt: int) -> tuple[list[str], dict[str, str]]:
+        """The attempt's command line (spark-submit, or the notebook's kernel) and environment."""
+        refs = self._references(task, attempt)
+        params = self._fill(task.parameters, refs)
+        named = dict(zip(task.named, self._fill(task.named.values(), refs), strict=True))
+        params += [f"--{k}={v}" for k, v in named.items()] * (task.kind == TaskKind.PYTHON_WHEEL)
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
+        env |= {task_values.DIR: str(self.logs)}
         # the task watches this process and stops when it is gone (pipelines/jobs/layer_job.py)
         env |= {
             "LAKEHOUSE_RUNNER": RUNNER.split(":", 1)[1],
             "LAKEHOUSE_RUNNER_GRACE_S": str(self.grace),
         }
+        if task.kind == TaskKind.NOTEBOOK:  # a kernel of this environment, beside its log
+            out = self.logs / f"{task.key}-{attempt}.ipynb"
+            module = [sys.executable, "-m", "pipelines.jobs.notebook_task"]
+            return [*module, str(task.python_file), str(out), json.dumps(named)], env
         return spark_submit_command(self.conf, task, params, self.master), env
 
     def _attempt(self, run: JobRun, task: Task, attempt: int) -> Attempt:
-        cmd, env = self._command(task, attempt)
         log_path = self.logs / f"{task.key}-{attempt}.log"
         start = datetime.now(UTC)
         running = Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path))
         self._record(run, running, f"attempt {attempt} started (log {log_path})")
+        task_values.values_file(self.logs, task.key).unlink(missing_ok=True)  # a retry's own
+        try:
+            if task.kind in (TaskKind.CONDITION, TaskKind.RUN_JOB):
+                state, message = self._in_process(run, task, attempt)
+                return Attempt(
+                    task.key, attempt, state, start, datetime.now(UTC), None, message, ""
+                )
+            cmd, env = self._command(task, attempt)
+        except (TaskValueMissingError, InvalidJobSpecError) as e:
+            end = datetime.now(UTC)
+            return Attempt(task.key, attempt, RunState.FAILED, start, end, None, str(e), "")
         # appending and unbuffered: the command line comes first, and a rotation's cut holds
         with open(log_path, "ab", buffering=0) as log:
             log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -184,6 +270,40 @@ class JobRunner:
         state, message = self._outcome(task, code, timed_out, log_path)
         end = datetime.now(UTC)
         return Attempt(task.key, attempt, state, start, end, code, message, str(log_path))
+
+    def _in_process(self, run: JobRun, task: Task, attempt: int) -> tuple[RunState, str]:
+        """A condition_task (its outcome kept for the tasks after it) or a run_job_task (the
+        other job run here, to its end)."""
+        refs = self._references(task, attempt)
+        if task.kind == TaskKind.CONDITION:
+            op, left, right = task.target[0], *self._fill(task.target[1:], refs)
+            outcome = str(condition_holds(op, left, right)).lower()
+            run.outcomes[task.key] = outcome
+            return RunState.SUCCESS, f"outcome {outcome}: {left!r} {op} {right!r}"
+        spec = load_job_spec(
+            find_job(self.spec.source, task.target[0]), clusters=self.conf.jobs.clusters
+        )
+        params = dict(zip(task.named, self._fill(task.named.values(), refs), strict=True))
+        child = JobRunner(
+            self.conf,
+            spec,
+            parameters=params,
+            grace_seconds=self.grace,
+            echo=self.echo,
+            env=self.env,
+            master=self.master,
+        )
+        self.children.append(child)
+        if self.stopping.is_set():
+            child.stop()
+        done = child.run()
+        ok = done.state in (RunState.SUCCESS, RunState.SUCCESS_WITH_FAILURES)
+        state = (
+            RunState.SUCCESS
+            if ok
+            else (RunState.CANCELED if done.state == RunState.CANCELED else RunState.FAILED)
+        )
+        return state, f"job {spec.name!r} run {done.run_id} {done.state}"
 
     def _wait(self, task: Task, proc: subprocess.Popen, log: Path) -> bool:
         """Wait for the attempt to end, stopping it on timeout or on request, its log rotated by
@@ -250,6 +370,12 @@ class JobRunner:
         states = [run.states.get(d) for d in task.depends_on]
         if None in states:
             return None
+        # a dependency on a condition's other branch is excluded, as Databricks has it
+        branch = {d: run.outcomes.get(d) == need for d, need in task.outcomes.items()}
+        states = [
+            RunState.EXCLUDED if s == RunState.SUCCESS and not branch.get(d, True) else s
+            for d, s in zip(task.depends_on, states, strict=True)
+        ]
         if self.stopping.is_set():
             return RunState.CANCELED
         return run_if_outcome(task.run_if, cast(list[RunState], states))
@@ -290,6 +416,8 @@ class JobRunner:
             what = "stopping every running task gracefully, starting nothing new"
             self._say(f"{signal.Signals(signum).name} received: {what}")
         self.stopping.set()
+        for child in self.children:
+            child.stop()
         with self.done:
             self.done.notify_all()
 

@@ -67,6 +67,7 @@ class JobRun:
     run_id: int
     spec: JobSpec
     states: dict[str, RunState] = field(default_factory=dict)  # task -> final state
+    outcomes: dict[str, str] = field(default_factory=dict)  # condition task -> "true"/"false"
 
     @property
     def state(self) -> RunState:

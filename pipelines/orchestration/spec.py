@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -37,17 +37,23 @@ HONOURED = {
     "Job": {"settings", "job_id"},
     "JobSettings": {"name", "tasks", "job_clusters", "parameters", "timeout_seconds", "schedule"}
     | {"max_concurrent_runs", "queue"},
-    "Task": {"task_key", "depends_on", "spark_python_task", "job_cluster_key", "new_cluster"}
+    "Task": {"task_key", "depends_on", "job_cluster_key", "new_cluster"}
     | {"existing_cluster_id", "max_retries", "min_retry_interval_millis", "retry_on_timeout"}
-    | {"timeout_seconds", "run_if"},
-    "TaskDependency": {"task_key"},
+    | {"timeout_seconds", "run_if", "spark_python_task", "spark_submit_task"}
+    | {"python_wheel_task", "notebook_task", "condition_task", "run_job_task"},
+    "TaskDependency": {"task_key", "outcome"},
     "SparkPythonTask": {"python_file", "parameters", "source"},
+    "SparkSubmitTask": {"parameters"},
+    "PythonWheelTask": {"package_name", "entry_point", "parameters", "named_parameters"},
+    "NotebookTask": {"notebook_path", "base_parameters", "source"},
+    "ConditionTask": {"op", "left", "right"},
+    "RunJobTask": {"job_id", "job_parameters"},
     "JobCluster": {"job_cluster_key", "new_cluster"},
     "ClusterSpec": {"spark_conf", "spark_env_vars"},
     "CronSchedule": {"quartz_cron_expression", "timezone_id", "pause_status"},
     "JobParameterDefinition": {"name", "default"},
 }
-_NOT_TASKS = "is not run here: only spark_python_task is"
+_NOT_TASKS = "is not run here (docs/operations.md lists the task types that are)"
 REFUSED = {
     "JobSettings": {
         "continuous": "give the tasks continuous queries instead (conf/jobs/orders_continuous.yaml)",
@@ -59,7 +65,7 @@ REFUSED = {
     "Task": {
         f: f"{f} {_NOT_TASKS}"
         for f in API["Task"]
-        if f.endswith("_task") and f != "spark_python_task"
+        if f.endswith("_task") and f not in HONOURED["Task"]
     }
     | {
         "libraries": "a job installs no libraries here: add them to the project's environment",
@@ -67,7 +73,12 @@ REFUSED = {
         "environment_key": "no serverless environments here",
         "compute": "no serverless compute here: use new_cluster or job_cluster_key",
     },
-    "TaskDependency": {"outcome": "condition_task outcomes need condition_task, not run here"},
+    "NotebookTask": {"warehouse_id": "SQL warehouses are not run here"},
+    "RunJobTask": {
+        f: "give the job's parameters as job_parameters"
+        for f in API["RunJobTask"]
+        if f.endswith(("_params", "_commands"))
+    },
     "JobCluster": {f: "no serverless compute here" for f in API["JobCluster"] if "serverless" in f},
     "ClusterSpec": {
         "init_scripts": "init scripts are not run here",
@@ -92,6 +103,28 @@ class RunIf(StrEnum):
     ALL_FAILED = "ALL_FAILED"
 
 
+class TaskKind(StrEnum):
+    """What a task runs: its field in the spec."""
+
+    SPARK_PYTHON = "spark_python_task"
+    SPARK_SUBMIT = "spark_submit_task"
+    PYTHON_WHEEL = "python_wheel_task"
+    NOTEBOOK = "notebook_task"
+    CONDITION = "condition_task"
+    RUN_JOB = "run_job_task"
+
+
+API_OBJECT = {kind: "".join(w.title() for w in kind.split("_")) for kind in TaskKind}
+CONDITION_OPS = {
+    "EQUAL_TO": "==",
+    "NOT_EQUAL": "!=",
+    "GREATER_THAN": ">",
+    "GREATER_THAN_OR_EQUAL": ">=",
+    "LESS_THAN": "<",
+    "LESS_THAN_OR_EQUAL": "<=",
+}
+
+
 class InvalidJobSpecError(ConfigError):
     """The spec cannot run; the message lists every problem with its key."""
 
@@ -107,9 +140,15 @@ class Cluster:
 @dataclass(frozen=True)
 class Task:
     key: str
-    python_file: Path
-    parameters: tuple[str, ...] = ()
+    python_file: Path | None = None  # a Python task's file; a notebook task's notebook
+    parameters: tuple[str, ...] = ()  # command-line arguments (a spark_submit_task: spark-submit's)
+    kind: TaskKind = TaskKind.SPARK_PYTHON
+    # a wheel's named_parameters, a notebook's base_parameters, a run_job_task's job_parameters
+    named: dict[str, str] = field(default_factory=dict)
+    # a wheel's (package_name, entry_point); a condition's (op, left, right); (job_id,) of run_job
+    target: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
+    outcomes: dict[str, str] = field(default_factory=dict)  # dependency -> the outcome it needs
     run_if: RunIf = RunIf.ALL_SUCCESS
     max_retries: int = 0  # -1: retry for ever (a continuous task)
     min_retry_interval_ms: int = 0
@@ -257,6 +296,8 @@ class _SpecReader:
             self.problems.append("job.tasks: required, a non-empty list")
             return []
         keys = [t.get("task_key") if isinstance(t, dict) else None for t in raw]
+        self.conditions = {t.get("task_key") for t in raw if isinstance(t, dict)}
+        self.conditions &= {t.get("task_key") for t in raw if "condition_task" in t}
         return [task for i, t in enumerate(raw) if (task := self._task(i, t, keys))]
 
     def _task(self, i: int, t: Any, keys: list) -> Task | None:
@@ -268,19 +309,28 @@ class _SpecReader:
         if keys.count(key) > 1 and keys.index(key) == i:
             self.problems.append(f"{where}: task_key used {keys.count(key)} times")
         self.unknown(where, t, "Task")
-        deps = tuple(self._depends_on(where, t, keys))
+        deps, outcomes = self._depends_on(where, t, keys)
         run_if = t.get("run_if", RunIf.ALL_SUCCESS)
         if run_if not in list(RunIf):
             self.problems.append(f"{where}.run_if: {run_if!r} is not one of {', '.join(RunIf)}")
             run_if = RunIf.ALL_SUCCESS
-        if "spark_python_task" not in t and any(k in REFUSED["Task"] for k in t):
-            return None  # another task type: refused above
-        if (python_task := self._python_task(where, t.get("spark_python_task"))) is None:
+        kinds = [k for k in TaskKind if k in t]
+        if len(kinds) != 1:
+            if not any(k in REFUSED["Task"] for k in t):  # else a type refused above
+                got = f"got {', '.join(kinds)}" if kinds else "got none"
+                self.problems.append(f"{where}: one task type of {', '.join(TaskKind)}; {got}")
             return None
-        return Task(
-            key,
-            *python_task,
-            depends_on=deps,
+        kind = kinds[0]
+        spec = self.typed(t, where, kind, dict, "a mapping")
+        self.unknown(f"{where}.{kind}", spec, API_OBJECT[kind])
+        if (work := self._work(f"{where}.{kind}", kind, spec)) is None:
+            return None
+        self._check_references(f"{where}.{kind}", spec, keys)
+        return replace(
+            work,
+            key=key,
+            depends_on=tuple(deps),
+            outcomes=outcomes,
             run_if=RunIf(run_if),
             max_retries=self.integer(t, where, "max_retries", -1),
             min_retry_interval_ms=self.integer(t, where, "min_retry_interval_millis", 0),
@@ -289,35 +339,95 @@ class _SpecReader:
             cluster=self._task_cluster(where, t),
         )
 
-    def _depends_on(self, where: str, t: dict, keys: list) -> list[str]:
+    def _depends_on(self, where: str, t: dict, keys: list) -> tuple[list[str], dict[str, str]]:
+        """The dependencies, and the outcome each dependency on a condition task needs."""
         deps = self.typed(t, where, "depends_on", list, "a list of {task_key}")
+        outcomes = {}
         for d in deps:
-            if isinstance(d, dict):
-                self.unknown(f"{where}.depends_on", d, "TaskDependency")
+            if not isinstance(d, dict):
+                continue
+            self.unknown(f"{where}.depends_on", d, "TaskDependency")
+            if "outcome" not in d:
+                continue
+            if d.get("task_key") not in self.conditions:
+                self.problems.append(
+                    f"{where}.depends_on.outcome: {d.get('task_key')!r} is not a condition_task"
+                )
+            elif str(d["outcome"]).lower() not in ("true", "false"):
+                self.problems.append(f"{where}.depends_on.outcome: {d['outcome']!r}: true or false")
+            outcomes[str(d["task_key"])] = str(d["outcome"]).lower()
         deps = [d.get("task_key") if isinstance(d, dict) else None for d in deps]
         unknown = [d for d in deps if d not in keys]
         self.problems += [f"{where}.depends_on: unknown task_key {d!r}" for d in unknown]
-        return [d for d in deps if d in keys]
+        return [d for d in deps if d in keys], outcomes
 
-    def _python_task(self, where: str, spec: Any) -> tuple[Path, tuple[str, ...]] | None:
-        where = f"{where}.spark_python_task"
-        if not isinstance(spec, dict) or not spec.get("python_file"):
-            self.problems.append(f"{where}.python_file: required")
-            return None
-        self.unknown(where, spec, "SparkPythonTask")
+    def _strings(self, where: str, spec: dict, key: str, kind: type = list) -> Any:
+        """A list of strings (or a mapping to strings) of `spec`, as strings."""
+        value = self.typed(spec, where, key, kind, "a list" if kind is list else "a mapping")
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return tuple(map(str, value))
+
+    def _file(self, where: str, spec: dict, key: str, suffixes: tuple[str, ...] = ("",)) -> Path:
+        """A file the spec names, from the spec's folder (an absolute path as it is)."""
         if spec.get("source", "WORKSPACE") != "WORKSPACE":
             self.problems.append(
                 f"{where}.source: {spec['source']!r}: only WORKSPACE here (a file beside the "
                 "spec); GIT needs git_source, which is not run here"
             )
-        python_file = Path(os.path.normpath(self.base / spec["python_file"]))  # absolute: as is
-        if not python_file.is_file():
-            self.problems.append(f"{where}.python_file: {python_file} does not exist")
-        params = self.typed(spec, where, "parameters", list, "a list of strings")
+        path = Path(os.path.normpath(self.base / str(spec[key])))
+        found = [p for p in (Path(f"{path}{s}") for s in suffixes) if p.is_file()]
+        if not found:
+            self.problems.append(f"{where}.{key}: {path} does not exist")
+        return found[0] if found else path
+
+    def _work(self, where: str, kind: TaskKind, spec: dict) -> Task | None:
+        """The task's work, by kind (its key and scheduling are set by the caller)."""
+        required = {
+            TaskKind.SPARK_PYTHON: ("python_file",),
+            TaskKind.SPARK_SUBMIT: ("parameters",),
+            TaskKind.PYTHON_WHEEL: ("package_name", "entry_point"),
+            TaskKind.NOTEBOOK: ("notebook_path",),
+            TaskKind.CONDITION: ("op", "left", "right"),
+            TaskKind.RUN_JOB: ("job_id",),
+        }[kind]
+        if missing := [k for k in required if spec.get(k) in (None, "", [])]:
+            self.problems += [f"{where}.{k}: required" for k in missing]
+            return None
+        params = self._strings(where, spec, "parameters")
+        if kind == TaskKind.SPARK_PYTHON:
+            return Task("", self._file(where, spec, "python_file"), params)
+        if kind == TaskKind.SPARK_SUBMIT:
+            return Task("", None, params, kind)
+        if kind == TaskKind.PYTHON_WHEEL:
+            named = self._strings(where, spec, "named_parameters", dict)
+            if params and named:
+                self.problems.append(f"{where}: parameters or named_parameters, not both")
+            target = (str(spec["package_name"]), str(spec["entry_point"]))
+            return Task("", None, params, kind, named, target)
+        if kind == TaskKind.NOTEBOOK:
+            notebook = self._file(where, spec, "notebook_path", ("", ".ipynb"))
+            return Task("", notebook, (), kind, self._strings(where, spec, "base_parameters", dict))
+        if kind == TaskKind.CONDITION:
+            if spec["op"] not in CONDITION_OPS:
+                self.problems.append(
+                    f"{where}.op: {spec['op']!r} is not one of {', '.join(CONDITION_OPS)}"
+                )
+            return Task(
+                "", None, (), kind, target=(str(spec["op"]), str(spec["left"]), str(spec["right"]))
+            )
+        named = self._strings(where, spec, "job_parameters", dict)
+        return Task("", None, (), kind, named, (str(spec["job_id"]),))
+
+    def _check_references(self, where: str, spec: dict, keys: list) -> None:
+        """Every {{...}} in the task's fields names something a run fills."""
         known = {*BUILTIN_REFERENCES, *(f"job.parameters.{name}" for name in self.parameters)}
-        unknown = [r for r in REFERENCE.findall(" ".join(map(str, params))) if r not in known]
-        self.problems += [f"{where}.parameters: unknown reference {{{{{r}}}}}" for r in unknown]
-        return python_file, tuple(map(str, params))
+        for field_name, value in spec.items():
+            for ref in REFERENCE.findall(json.dumps(value)):
+                parts = ref.split(".")
+                task_value = len(parts) == 4 and parts[0] == "tasks" and parts[2] == "values"
+                if ref not in known and not (task_value and parts[1] in keys):
+                    self.problems.append(f"{where}.{field_name}: unknown reference {{{{{ref}}}}}")
 
     def _task_cluster(self, where: str, t: dict) -> Cluster:
         key = t.get("job_cluster_key")

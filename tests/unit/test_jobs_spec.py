@@ -292,7 +292,7 @@ def test_a_field_that_changes_behaviour_is_refused_and_a_typo_is_not_taken_for_a
     settings["libraries"] = [{"pypi": {"package": "requests"}}]
     settings["tasks"][0]["libraries"] = [{"pypi": {"package": "requests"}}]
     settings["tasks"][1]["existing_cluster_id"] = "0923-164208-meows279"
-    settings["tasks"][2] = {"task_key": "report", "notebook_task": {"notebook_path": "/r"}}
+    settings["tasks"][2] = {"task_key": "report", "sql_task": {"warehouse_id": "w"}}
     settings["tasks"][0]["max_retry"] = 3
     settings["continuous"] = {"pause_status": "UNPAUSED"}
     with pytest.raises(InvalidJobSpecError) as e:
@@ -309,7 +309,8 @@ def test_a_field_that_changes_behaviour_is_refused_and_a_typo_is_not_taken_for_a
         "  - tasks[silver].existing_cluster_id: '0923-164208-meows279' is neither a cluster of "
         "the configuration's jobs.clusters nor a Spark master URL (spark://host:7077, local[N], "
         "yarn, k8s://...)",
-        "  - tasks[report].notebook_task: notebook_task is not run here: only spark_python_task is",
+        "  - tasks[report].sql_task: sql_task is not run here (docs/operations.md lists the task "
+        "types that are)",
     ]
 
 
