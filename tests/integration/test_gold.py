@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import shutil
@@ -185,7 +186,10 @@ def test_a_gold_sink_reads_each_dimension_once_per_version(spark, lake):
     assert second["customers"].count() == 3000
 
 
-def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(spark, lake):
+def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
+    spark, lake, monkeypatch, capsys
+):
+    from pipelines import cli
     from pipelines.layers.declared import declared_tables
     from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
@@ -193,17 +197,23 @@ def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
     seed_dimensions(spark, conf)
     produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
     run_all(spark, conf)
-    outcomes = run_quality(spark, conf, declared_tables(conf))
-    assert [(o.suite, o.success) for o in sorted(outcomes, key=lambda o: o.suite)] == [
-        ("gold_orders_by_country_5m", True),
-        ("gold_revenue_by_category_1m", True),
-        ("silver_order_events", True),
-        ("silver_orders", True),
+    # `lakehouse dq --json`, in this process (its session is this one)
+    for key, value in subprocess_env(conf).items():
+        if key.startswith("LAKEHOUSE"):
+            monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    assert cli.main(["dq", "--env", "test", "--json"]) == 0
+    outcomes = json.loads(capsys.readouterr().out)
+    assert [(o["suite"], o["table"], o["success"], o["failures"]) for o in outcomes] == [
+        ("silver_order_events", "silver/order_events", True, []),
+        ("silver_orders", "silver/orders", True, []),
+        ("gold_revenue_by_category_1m", "gold/revenue_by_category_1m", True, []),
+        ("gold_orders_by_country_5m", "gold/orders_by_country_5m", True, []),
     ]
     results = spark.read.format("delta").load(conf.table_path("quality/results"))
     assert results.count() == 23 and results.where("success").count() == 23
     index = Path(conf.root) / "_quality/gx/uncommitted/data_docs/local_site/index.html"
-    assert all(o.suite in index.read_text() for o in outcomes)  # each run's page, listed
+    assert all(o["suite"] in index.read_text() for o in outcomes)  # each run's page, listed
 
     orders = conf.table_path("silver/orders")
     spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(
