@@ -11,9 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+try:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+except ImportError as missing:  # the notebooks extra is not installed
+    sys.exit(f"error: a notebook task needs {missing.name}: pip install '.[notebooks]'")
 
 # the first cell: the parameters, and the part of Databricks's dbutils that a job task uses
 INJECTED = """\
