@@ -1,6 +1,6 @@
 """Task values: what a task of a job run hands the tasks after it, as Databricks's
 `dbutils.jobs.taskValues`. A task sets one; a later task reads it with `get` or through
-`{{tasks.<task_key>.values.<key>}}` in its parameters (docs/operations.md, "Task values").
+`{{tasks.<task_key>.values.<key>}}` in its parameters (docs/operations.md, "Task types and task values").
 
     from pipelines import task_values
     task_values.set("rows", 1234)

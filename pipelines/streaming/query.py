@@ -151,7 +151,7 @@ def run_query(
                 raise
         finally:
             if side is not None and side.isActive:
-                _stop_between_batches(side)
+                _stop_cleanly(side, side_sink, side_what)
         if side is not None:
             report(side, side_console or console)
         report(query)
@@ -175,6 +175,16 @@ def _stop_between_batches(query: StreamingQuery) -> None:
     while query.isActive and query.status["isTriggerActive"]:
         query.awaitTermination(0.1)  # type: ignore[arg-type]  # seconds: pyspark takes a float
     query.stop()
+
+
+def _stop_cleanly(query: StreamingQuery, sink: IdempotentSink, what: str) -> None:
+    """Stop a query between batches after a stop request: a batch its sink refused meanwhile
+    (StopRequested) ended it cleanly; any other failure is raised, named by `what`."""
+    try:
+        _stop_between_batches(query)
+    except StreamingQueryException as e:
+        if not isinstance(sink.failure, StopRequested):
+            raise _failure(e, sink, what) from None
 
 
 def _failure(

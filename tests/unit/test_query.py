@@ -190,3 +190,31 @@ def test_a_batch_ended_by_system_exit_fails_its_query_instead_of_hanging_it(spar
         query.awaitTermination(120)
     assert "RuntimeError: batch 0 ended by SystemExit(0)" in str(raised.value)
     assert isinstance(sink.failure, SystemExit)
+
+
+class _EndingQuery:
+    """A query in a batch that ends it when asked to wait: as a state query whose next batch its
+    sink refused after the stop request."""
+
+    isActive = True
+    status = {"isTriggerActive": True}
+
+    def awaitTermination(self, timeout=None):
+        self.isActive = False
+        raise StreamingQueryException(message="batch 5 ended the query")
+
+    def stop(self):
+        pass
+
+
+def test_a_companion_that_refuses_a_batch_while_being_stopped_stopped_cleanly():
+    """The race a SIGTERM met in the publish test: the state query started a batch after the stop
+    request, its sink refused it, and the query's end escaped as a failure of the job."""
+    from pipelines.streaming.query import _stop_cleanly
+
+    sink = IdempotentSink("/tmp/nowhere")
+    sink.failure = StopRequested("stop requested: batch 5 left for the next run")
+    _stop_cleanly(_EndingQuery(), sink, "silver state")  # nothing raised
+    sink.failure = RuntimeError("disk full")
+    with pytest.raises(JobFailedError, match="silver state failed: batch 5 ended the query"):
+        _stop_cleanly(_EndingQuery(), sink, "silver state")
