@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -414,3 +415,26 @@ def test_a_scheduled_job_runs_at_its_fire_times_one_run_at_a_time(lake, tmp_path
     assert all(0 <= seconds < 2 for seconds in late) and starts[1] - starts[0] >= timedelta(
         seconds=6
     ), (starts, fires)
+
+
+def test_a_spark_submit_task_and_a_wheel_task_run_through_spark_submit(lake, tmp_path):
+    """The two task types run through the real spark-submit: the submit task's own arguments
+    (a script that counts in Spark), and the installed package's console entry point."""
+    script = tmp_path / "count.py"
+    script.write_text(
+        "import sys\nfrom pyspark.sql import SparkSession\n"
+        "print('rows', SparkSession.builder.getOrCreate().range(7).count(), sys.argv[1:])\n"
+    )
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "name: real-types\ntasks:\n  - task_key: submit\n    spark_submit_task:\n"
+        f"      parameters: [--conf, spark.ui.enabled=false, '{script}', from-submit]\n"
+        "  - task_key: wheel\n    python_wheel_task: {package_name: streaming-lakehouse, "
+        "entry_point: lakehouse, parameters: [--version]}\n"
+    )
+    job = JobRunner(lake, load_job_spec(path), echo=lambda line: None, env=subprocess_env(lake))
+    run = job.run()
+    assert run.states == {"submit": "SUCCESS", "wheel": "SUCCESS"}
+    said = {k: (job.logs / f"{k}-0.log").read_text().splitlines() for k in ("submit", "wheel")}
+    assert "rows 7 ['from-submit']" in said["submit"]
+    assert f"lakehouse {version('streaming-lakehouse')}" in said["wheel"]
