@@ -240,12 +240,14 @@ class JobRunner:
 
     def _attempt(self, run: JobRun, task: Task, attempt: int) -> Attempt:
         log_path = self.logs / f"{task.key}-{attempt}.log"
+        in_process = task.kind in (TaskKind.CONDITION, TaskKind.RUN_JOB)  # no process, no log
         start = datetime.now(UTC)
-        running = Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", str(log_path))
-        self._record(run, running, f"attempt {attempt} started (log {log_path})")
+        shown = "" if in_process else str(log_path)
+        running = Attempt(task.key, attempt, RunState.RUNNING, start, None, None, "", shown)
+        self._record(run, running, f"attempt {attempt} started" + f" (log {shown})" * bool(shown))
         task_values.values_file(self.logs, task.key).unlink(missing_ok=True)  # a retry's own
         try:
-            if task.kind in (TaskKind.CONDITION, TaskKind.RUN_JOB):
+            if in_process:
                 state, message = self._in_process(run, task, attempt)
                 return Attempt(
                     task.key, attempt, state, start, datetime.now(UTC), None, message, ""
