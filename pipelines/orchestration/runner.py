@@ -203,9 +203,8 @@ class JobRunner:
         refs |= start_time_references(self.run_id)
         for t in self.spec.tasks:
             for key, value in task_values.read(self.logs, t.key).items():
-                refs[f"tasks.{t.key}.values.{key}"] = (
-                    str(value) if isinstance(value, str) else (json.dumps(value))
-                )
+                text = value if isinstance(value, str) else json.dumps(value)
+                refs[f"tasks.{t.key}.values.{key}"] = text
         return refs
 
     def _fill(self, values: Iterable[str], refs: dict[str, str]) -> list[str]:
@@ -222,7 +221,8 @@ class JobRunner:
         refs = self._references(task, attempt)
         params = self._fill(task.parameters, refs)
         named = dict(zip(task.named, self._fill(task.named.values(), refs), strict=True))
-        params += [f"--{k}={v}" for k, v in named.items()] * (task.kind == TaskKind.PYTHON_WHEEL)
+        if task.kind == TaskKind.PYTHON_WHEEL:  # named_parameters, as Databricks passes them
+            params += [f"--{k}={v}" for k, v in named.items()]
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}

@@ -296,8 +296,7 @@ class _SpecReader:
             self.problems.append("job.tasks: required, a non-empty list")
             return []
         keys = [t.get("task_key") if isinstance(t, dict) else None for t in raw]
-        self.conditions = {t.get("task_key") for t in raw if isinstance(t, dict)}
-        self.conditions &= {t.get("task_key") for t in raw if "condition_task" in t}
+        self.conditions = {t.get("task_key") for t in raw if "condition_task" in (t or {})}
         return [task for i, t in enumerate(raw) if (task := self._task(i, t, keys))]
 
     def _task(self, i: int, t: Any, keys: list) -> Task | None:
