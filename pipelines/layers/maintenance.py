@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import cast
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -35,7 +35,7 @@ from pipelines.streaming.delta import (
     session_conf,
     snapshot,
 )
-from pipelines.streaming.storage import Files
+from pipelines.streaming.storage import Files, jvm_class
 from pipelines.streaming.tables import Table
 
 log = logs.get("maintenance")
@@ -121,7 +121,7 @@ def maintain_table(
     # the writer of a version at the table's checkpoint interval checkpoints it itself: a second
     # checkpoint of it written at once fails Delta's check of what it wrote (a stack trace)
     if snap.version() % _checkpoint_interval(snap) != 0:
-        snap.deltaLog().checkpoint(snap, cast(Any, spark._jvm).scala.Option.empty())
+        snap.deltaLog().checkpoint(snap, jvm_class(spark, "scala.Option").empty())
     return Maintained(
         name, before, snap.numOfFiles(), doomed, compacted, snap.version(), hours, not_compacted
     )
@@ -263,7 +263,7 @@ def retention_hours(
     longer, or longer still to keep what the furthest-behind reader of the table still reads:
     every file removed since the first version it has not read in full."""
     found = snapshot(spark, path)
-    delta_log = cast(Any, spark._jvm).org.apache.spark.sql.delta.DeltaLog
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
     own = delta_log.tombstoneRetentionMillis(found.metadata())
     configured = max(conf.maintenance.vacuum_retention_hours, math.ceil(own / 3_600_000))
     mine = [r for r in readers if r.table_id == found.metadata().id()]

@@ -16,7 +16,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +31,7 @@ from pipelines.streaming.delta import commit_time_ms, snapshot
 from pipelines.streaming.lease import CheckpointLease
 from pipelines.streaming.query import jvm_ignores_sigterm
 from pipelines.streaming.sink import cause
-from pipelines.streaming.storage import Files
+from pipelines.streaming.storage import Files, jvm_class
 
 log = logs.get("publish")
 PRODUCER_SETTINGS = {"acks": "all", "linger.ms": 5, "compression.type": "lz4", "log_level": 3}
@@ -456,8 +455,7 @@ def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
     """When a version of the table was committed (Delta's history), in epoch milliseconds."""
     found = snapshot(spark, path)
     log_ = found.deltaLog()
-    jvm = cast(Any, spark._jvm)  # set while the session runs
-    file = jvm.org.apache.hadoop.fs.Path(log_.logPath(), f"{version:020d}.json")
+    file = jvm_class(spark, "org.apache.hadoop.fs.Path")(log_.logPath(), f"{version:020d}.json")
     try:
         text = log_.store().read(file, spark._jsc.hadoopConfiguration()).mkString("\n")
     except Exception:  # noqa: BLE001 (cleaned up: no figure)

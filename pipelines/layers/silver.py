@@ -13,7 +13,6 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -28,6 +27,7 @@ from pipelines.layers import progress_table
 from pipelines.streaming.delta import read_pinned, start_delta_to_batches
 from pipelines.streaming.query import run_query, stop_was_requested
 from pipelines.streaming.sink import IdempotentSink
+from pipelines.streaming.storage import jvm_class
 from pipelines.streaming.tables import (
     Table,
     constraints,
@@ -284,10 +284,12 @@ def _tried(spark: SparkSession, expression: str) -> Column:
     TryEval, the expression Spark's own try_* functions are made of. Where Spark's internals
     differ, the plain expression (a row on which it fails stops the batch)."""
     try:
-        jvm: Any = spark._jvm
-        utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
-        parsed = utils.expression(jvm.org.apache.spark.sql.functions.expr(expression))
-        return Column(utils.column(jvm.org.apache.spark.sql.catalyst.expressions.TryEval(parsed)))
+        utils = jvm_class(spark, "org.apache.spark.sql.classic.ExpressionUtils")
+        parsed = utils.expression(
+            jvm_class(spark, "org.apache.spark.sql.functions").expr(expression)
+        )
+        try_eval = jvm_class(spark, "org.apache.spark.sql.catalyst.expressions.TryEval")
+        return Column(utils.column(try_eval(parsed)))
     except Exception:  # noqa: BLE001 (internals of another Spark version)
         return F.expr(expression)
 

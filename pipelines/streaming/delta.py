@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 from delta import exceptions
 from delta.tables import DeltaTable
@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pipelines.config import GoldConf, SilverConf
 from pipelines.errors import JobFailedError
 from pipelines.streaming import checkpoints
-from pipelines.streaming.storage import Files
+from pipelines.streaming.storage import Files, jvm_class
 
 log = logging.getLogger("lakehouse.delta")
 T = TypeVar("T")
@@ -74,9 +74,11 @@ def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
 def snapshot(spark: SparkSession, path: str):
     """The Delta log's newest snapshot of the table at `path` (version -1: no table yet), read
     without a Spark job."""
-    jvm: Any = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, path
+    )
+    none = jvm_class(spark, "scala.Option").empty()
+    return log.update(False, none, none)
 
 
 def read_pinned(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
@@ -92,8 +94,7 @@ def read_pinned(spark: SparkSession, path: str, version: int | None = None) -> D
 def has_log(spark: SparkSession, path: str) -> bool:
     """Whether a Delta log exists at `path` (one file system call, without starting Delta's
     log reader: cheap in a new driver)."""
-    jvm: Any = spark._jvm
-    log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+    log = jvm_class(spark, "org.apache.hadoop.fs.Path")(f"{path}/_delta_log")
     return bool(log.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log))
 
 
@@ -109,10 +110,9 @@ def newest_tagged_batch(
     found = snapshot(spark, path)
     version, log = found.version(), found.deltaLog()
     store, hadoop = log.store(), spark._jsc.hadoopConfiguration()
+    hadoop_path, log_path = jvm_class(spark, "org.apache.hadoop.fs.Path"), log.logPath()
     while version >= 0:
-        file = cast(Any, spark._jvm).org.apache.hadoop.fs.Path(
-            log.logPath(), f"{version:020d}.json"
-        )
+        file = hadoop_path(log_path, f"{version:020d}.json")
         if not file.getFileSystem(hadoop).exists(file):
             raise JobFailedError(
                 f"cannot tell whether query {query} committed its batch to {path}: the table's "

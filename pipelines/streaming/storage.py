@@ -9,20 +9,29 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
 CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"  # Hadoop 3.5: If-None-Match on S3
+
+
+def jvm_class(spark: SparkSession, name: str) -> Any:
+    """The JVM class of full name `name`, as `spark._jvm.<name>` without its lookup: py4j asks
+    the JVM about each prefix of the name in turn (~2 ms a name; the class itself: none)."""
+    gateway: Any = spark.sparkContext._gateway  # set while the session runs
+    return JavaClass(name, gateway._gateway_client)
 
 
 class Files:
     """`Files(spark).read_text("s3a://bucket/x/_checkpoints/bronze/offsets/3")`, and so on."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self.jvm: Any = spark._jvm  # py4j's view of the JVM (None only without one)
+        self.path = jvm_class(spark, "org.apache.hadoop.fs.Path")
+        self.io = jvm_class(spark, "org.apache.commons.io.IOUtils")
         self.hadoop = spark._jsc.hadoopConfiguration()
 
     def _fs(self, path: str):
-        p = self.jvm.org.apache.hadoop.fs.Path(str(path))
+        p = self.path(str(path))
         return p, p.getFileSystem(self.hadoop)
 
     def exists(self, path: str) -> bool:
@@ -39,7 +48,7 @@ class Files:
                 return None
             raise
         try:
-            data = bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+            data = bytes(self.io.toByteArray(stream))
         finally:
             stream.close()
         return data.decode("utf-8", errors="replace")
@@ -109,17 +118,15 @@ class Files:
         if not fs.exists(p):
             return False
         local.parent.mkdir(parents=True, exist_ok=True)
-        fs.copyToLocalFile(False, p, self.jvm.org.apache.hadoop.fs.Path(local.as_uri()), True)
+        fs.copyToLocalFile(False, p, self.path(local.as_uri()), True)
         return True
 
     def upload(self, local: Path, folder: str) -> None:
         """Copy a local folder's files into a folder of the store, replacing what is there."""
         p, fs = self._fs(folder)
         for file in sorted(f for f in local.rglob("*") if f.is_file()):
-            target = self.jvm.org.apache.hadoop.fs.Path(p, file.relative_to(local).as_posix())
-            fs.copyFromLocalFile(
-                False, True, self.jvm.org.apache.hadoop.fs.Path(file.as_uri()), target
-            )
+            target = self.path(p, file.relative_to(local).as_posix())
+            fs.copyFromLocalFile(False, True, self.path(file.as_uri()), target)
 
 
 def _staged(file: Path, text: str) -> Path:
