@@ -52,6 +52,7 @@ from pipelines.spark_conf import session_settings
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 JOBS = Path(__file__).resolve().parent.parent / "jobs"  # the launchers of wheel and notebook tasks
+DRIVER_PYTHON = JOBS.parent / "resources" / "driver-python"  # a task's output into its log
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -69,6 +70,8 @@ def spark_submit_command(
 ) -> list[str]:
     mapped = conf.jobs.clusters.get(task.cluster.name or "", JobClusterConf())
     settings = {**session_settings(conf), **mapped.spark_conf, **task.cluster.spark_conf}
+    # a Python driver's output straight into the task's log (`_command` names it)
+    settings.setdefault("spark.pyspark.driver.python", str(DRIVER_PYTHON))
     memory = settings.pop("spark.driver.memory")  # a driver setting: given as --driver-memory
     submit = str(Path(sys.executable).with_name("spark-submit"))
     master = master or task.cluster.master or mapped.master or conf.spark.master
@@ -225,6 +228,8 @@ class JobRunner:
             params += [f"--{k}={v}" for k, v in named.items()]
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        log = self.logs / f"{task.key}-{attempt}.log"
+        env |= {"LAKEHOUSE_DRIVER_PYTHON": sys.executable, "LAKEHOUSE_TASK_LOG": str(log)}
         env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
         env |= {task_values.DIR: str(self.logs)}
         # the task watches this process and stops when it is gone (pipelines/jobs/layer_job.py)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from pipelines.orchestration.runner import DRIVER_PYTHON, last_error
 from pipelines.orchestration.task_logs import remove_old_runs, rotate
 
 # a chatty task: 20,000 numbered lines, each flushed as a logging handler does, ~10,000 a second
@@ -88,3 +89,16 @@ def test_the_logs_of_runs_older_than_the_retention_are_removed_and_nothing_else(
         "lineage.jsonl",
     ]
     assert remove_old_runs(tmp_path / "missing", days=30) == []
+
+
+def test_a_failing_python_driver_leaves_its_last_line_in_the_task_log(tmp_path):
+    """spark-submit copies a Python driver's output on a thread it does not wait for: the runner's
+    driver wrapper writes it into the task's log itself, beside what the runner appended."""
+    log = tmp_path / "task-0.log"
+    log.write_text("$ spark-submit ...\n")
+    env = {**os.environ, "LAKEHOUSE_DRIVER_PYTHON": sys.executable, "LAKEHOUSE_TASK_LOG": str(log)}
+    script = "import sys; print('error: x failed on purpose', flush=True); sys.exit(3)"
+    done = subprocess.run([str(DRIVER_PYTHON), "-c", script], env=env, capture_output=True)
+    assert (done.returncode, done.stdout, done.stderr) == (3, b"", b"")
+    assert log.read_text() == "$ spark-submit ...\nerror: x failed on purpose\n"
+    assert last_error(log) == "x failed on purpose"
