@@ -228,7 +228,7 @@ class JobRunner:
             params += [f"--{k}={v}" for k, v in named.items()]
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **self.env, **task.cluster.env}
         env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        log = self.logs / f"{task.key}-{attempt}.log"
+        log = self._log_path(task, attempt)
         env |= {"LAKEHOUSE_DRIVER_PYTHON": sys.executable, "LAKEHOUSE_TASK_LOG": str(log)}
         env |= {"LAKEHOUSE_TASK_KEY": task.key, "LAKEHOUSE_JOB_RUN_ID": str(self.run_id)}
         env |= {task_values.DIR: str(self.logs)}
@@ -243,8 +243,11 @@ class JobRunner:
             return [*module, str(task.python_file), str(out), json.dumps(named)], env
         return spark_submit_command(self.conf, task, params, self.master), env
 
+    def _log_path(self, task: Task, attempt: int) -> Path:
+        return self.logs / f"{task.key}-{attempt}.log"
+
     def _attempt(self, run: JobRun, task: Task, attempt: int) -> Attempt:
-        log_path = self.logs / f"{task.key}-{attempt}.log"
+        log_path = self._log_path(task, attempt)
         in_process = task.kind in (TaskKind.CONDITION, TaskKind.RUN_JOB)  # no process, no log
         start = datetime.now(UTC)
         shown = "" if in_process else str(log_path)
