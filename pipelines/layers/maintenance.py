@@ -30,6 +30,7 @@ from pipelines.streaming import checkpoints
 from pipelines.streaming.delta import (
     WRITE_CONFLICTS,
     commit_info,
+    commit_text,
     commit_time_ms,
     retry_on_conflict,
     session_conf,
@@ -303,15 +304,13 @@ def retention_hours(
 
 def _commit_time(spark: SparkSession, found, version: int) -> datetime | None:
     """When `version` of the table was committed, None if the log lost it."""
-    log_path = found.deltaLog().logPath().toString()
-    ms = commit_time_ms(Files(spark).read_text(f"{log_path}/{version:020d}.json") or "")
+    ms = commit_time_ms(commit_text(spark, found, version))
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _commit_info(spark: SparkSession, found, version: int) -> dict:
     """The commitInfo of `version` of the table ({} if the log no longer holds it)."""
-    log_path = found.deltaLog().logPath().toString()
-    return commit_info(Files(spark).read_text(f"{log_path}/{version:020d}.json") or "")
+    return commit_info(commit_text(spark, found, version))
 
 
 def _vacuum(spark: SparkSession, conf: LakehouseConf, name: str, path: str, hours: int) -> int:

@@ -27,11 +27,11 @@ from pipelines.errors import JobFailedError
 from pipelines.kafka import check_reachable, client_settings, ensure_topic
 from pipelines.layers.gold import gold_tables
 from pipelines.streaming import lineage, metrics
-from pipelines.streaming.delta import commit_time_ms, snapshot
+from pipelines.streaming.delta import commit_text, commit_time_ms, snapshot
 from pipelines.streaming.lease import CheckpointLease
 from pipelines.streaming.query import jvm_ignores_sigterm
 from pipelines.streaming.sink import cause
-from pipelines.streaming.storage import Files, jvm_class
+from pipelines.streaming.storage import Files
 
 log = logs.get("publish")
 PRODUCER_SETTINGS = {"acks": "all", "linger.ms": 5, "compression.type": "lz4", "log_level": 3}
@@ -453,14 +453,7 @@ def _produce(producer: Producer, topic: str, key: bytes, value, headers, on_deli
 
 def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
     """When a version of the table was committed (Delta's history), in epoch milliseconds."""
-    found = snapshot(spark, path)
-    log_ = found.deltaLog()
-    file = jvm_class(spark, "org.apache.hadoop.fs.Path")(log_.logPath(), f"{version:020d}.json")
-    try:
-        text = log_.store().read(file, spark._jsc.hadoopConfiguration()).mkString("\n")
-    except Exception:  # noqa: BLE001 (cleaned up: no figure)
-        return None
-    return commit_time_ms(text)
+    return commit_time_ms(commit_text(spark, snapshot(spark, path), version))
 
 
 def read_positions(

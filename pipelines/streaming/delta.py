@@ -136,6 +136,13 @@ def commit_info(commit: str) -> dict:
     return {}
 
 
+def commit_text(spark: SparkSession, found, version: int) -> str:
+    """The text of commit `version` of the table whose snapshot is `found` ("" if the log no
+    longer holds it)."""
+    log_path = found.deltaLog().logPath().toString()
+    return Files(spark).read_text(f"{log_path}/{version:020d}.json") or ""
+
+
 def commit_time_ms(commit: str) -> int | None:
     """When a commit was made (its in-commit timestamp if the table has them), from the text of
     its file; None without a commitInfo."""
