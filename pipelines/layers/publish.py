@@ -452,8 +452,12 @@ def _produce(producer: Producer, topic: str, key: bytes, value, headers, on_deli
 
 
 def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
-    """When a version of the table was committed (Delta's history), in epoch milliseconds."""
-    return commit_time_ms(commit_text(spark, snapshot(spark, path), version))
+    """When a version of the table was committed (Delta's history), in epoch milliseconds; None
+    when it cannot be read: a figure never stops a transaction."""
+    try:
+        return commit_time_ms(commit_text(spark, snapshot(spark, path), version))
+    except Exception:  # noqa: BLE001 (a storage error: no figure)
+        return None
 
 
 def read_positions(
