@@ -42,6 +42,28 @@ _PORTS = range(20000 + 1500 * _WORKER, 21500 + 1500 * _WORKER)
 _next_port = itertools.count(random.randrange(len(_PORTS)))
 
 
+_UNGROUPED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` a grouped test carries its group in its id: that is how xdist
+    keeps a group (a module's broker cluster) on one worker. A test that lost it fails."""
+    if config.getoption("loadgroup", False):
+        for item in items:
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+                item.stash[_UNGROUPED] = True
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.stash.get(_UNGROUPED, False):
+        pytest.fail(
+            "pytest-xdist's loadgroup no longer groups: this pytest and pytest-xdist do not fit "
+            "(pytest-dev/pytest-xdist#1386)",
+            pytrace=False,
+        )
+
+
 def _free_port() -> int:
     for _ in range(len(_PORTS)):
         port = _PORTS[next(_next_port) % len(_PORTS)]
