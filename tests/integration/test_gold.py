@@ -186,51 +186,6 @@ def test_a_gold_sink_reads_each_dimension_once_per_version(spark, lake):
     assert second["customers"].count() == 3000
 
 
-def test_quality_suites_pass_on_good_tables_and_name_what_fails_on_a_broken_one(
-    spark, lake, monkeypatch, capsys
-):
-    from pipelines import cli
-    from pipelines.layers.declared import declared_tables
-    from pipelines.layers.quality import QualityCheckFailedError, run_quality
-
-    conf = lake.updated({"gold.max_files_per_trigger": None})
-    seed_dimensions(spark, conf)
-    produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
-    run_all(spark, conf)
-    # `lakehouse dq --json`, in this process (its session is this one)
-    for key, value in subprocess_env(conf).items():
-        if key.startswith("LAKEHOUSE"):
-            monkeypatch.setenv(key, value)
-    capsys.readouterr()
-    assert cli.main(["dq", "--env", "test", "--json"]) == 0
-    outcomes = json.loads(capsys.readouterr().out)
-    assert [(o["suite"], o["table"], o["success"], o["failures"]) for o in outcomes] == [
-        ("silver_order_events", "silver/order_events", True, []),
-        ("silver_orders", "silver/orders", True, []),
-        ("gold_revenue_by_category_1m", "gold/revenue_by_category_1m", True, []),
-        ("gold_orders_by_country_5m", "gold/orders_by_country_5m", True, []),
-    ]
-    results = spark.read.format("delta").load(conf.table_path("quality/results"))
-    assert results.count() == 23 and results.where("success").count() == 23
-    index = Path(conf.root) / "_quality/gx/uncommitted/data_docs/local_site/index.html"
-    assert all(o["suite"] in index.read_text() for o in outcomes)  # each run's page, listed
-
-    orders = conf.table_path("silver/orders")
-    spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(
-        orders
-    )
-    with pytest.raises(QualityCheckFailedError) as e:
-        run_quality(spark, conf, declared_tables(conf), ["silver/orders"])
-    assert "silver/orders (version 2): expect_column_values_to_be_unique on order_id failed" in str(
-        e.value
-    )
-    failed = results.where("not success").select("table", "expectation", "column").collect()
-    assert [tuple(r) for r in failed] == [
-        ("silver/orders", "expect_column_values_to_be_unique", "order_id")
-    ]
-    assert results.select("run_id").distinct().count() == 2
-
-
 def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_equal_a_local_run(
     spark, s3_lake, tmp_path
 ):
@@ -316,13 +271,39 @@ def test_sigkill_silver_then_gold_on_s3_at_random_instants_and_lost_checkpoints_
     assert any("more than 10 minutes behind" in r[-1] for r in late)  # the late path ran too
 
 
-def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
-    from pipelines.layers.quality import QualityCheckFailedError
+def test_quality_suites_and_per_batch_checks_pass_on_good_tables_and_name_what_fails(
+    spark, lake, monkeypatch, capsys
+):
+    """One lake for both kinds of checks: gold's per-batch checks (a bad batch is not written)
+    and the table suites of `lakehouse dq` (a broken table is named)."""
+    from pipelines import cli
+    from pipelines.layers.declared import declared_tables
+    from pipelines.layers.quality import QualityCheckFailedError, run_quality
 
     conf = lake.updated({"gold.max_files_per_trigger": None, "gold.check_quality_per_batch": True})
     seed_dimensions(spark, conf)
-    produce(conf, 96, 60, START, unknown_dimension_rate=0.0)
-    run_all(spark, conf)  # passes its checks
+    produce(conf, 95, 150, START, unknown_dimension_rate=0.0)
+    run_all(spark, conf)  # passes its per-batch checks
+    results = spark.read.format("delta").load(conf.table_path("quality/results"))
+    tables_runs = results.where("scope = 'table'")
+    # `lakehouse dq --json`, in this process (its session is this one)
+    for key, value in subprocess_env(conf).items():
+        if key.startswith("LAKEHOUSE"):
+            monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    assert cli.main(["dq", "--env", "test", "--json"]) == 0
+    outcomes = json.loads(capsys.readouterr().out)
+    assert [(o["suite"], o["table"], o["success"], o["failures"]) for o in outcomes] == [
+        ("silver_order_events", "silver/order_events", True, []),
+        ("silver_orders", "silver/orders", True, []),
+        ("gold_revenue_by_category_1m", "gold/revenue_by_category_1m", True, []),
+        ("gold_orders_by_country_5m", "gold/orders_by_country_5m", True, []),
+    ]
+    assert tables_runs.count() == 23 and tables_runs.where("success").count() == 23
+    index = Path(conf.root) / "_quality/gx/uncommitted/data_docs/local_site/index.html"
+    assert all(o["suite"] in index.read_text() for o in outcomes)  # each run's page, listed
+
+    # a batch whose partial aggregates fail a per-batch check stops gold before it is written
     tables = gold_tables(conf)
     before = (
         table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
@@ -341,11 +322,25 @@ def test_per_batch_checks_stop_gold_before_a_bad_batch_is_written(spark, lake):
         table(spark, tables.aggregates["gold/revenue_by_category_1m"]),
         table(spark, tables.aggregates["gold/orders_by_country_5m"]),
     ) == before
-    scopes = {
-        r["scope"]
-        for r in spark.read.format("delta").load(conf.table_path("quality/results")).collect()
-    }
-    assert scopes == {"batch 0", "batch 1"}
+    assert {r["scope"] for r in results.collect()} == {"batch 0", "batch 1", "table"}
+
+    # a table that breaks its suite is named, with its version
+    orders = conf.table_path("silver/orders")
+    spark.read.format("delta").load(orders).limit(1).write.format("delta").mode("append").save(
+        orders
+    )
+    version = helpers.delta_commits(orders) - 1
+    with pytest.raises(QualityCheckFailedError) as e:
+        run_quality(spark, conf, declared_tables(conf), ["silver/orders"])
+    assert (
+        f"silver/orders (version {version}): expect_column_values_to_be_unique on order_id "
+        "failed" in str(e.value)
+    )
+    failed = tables_runs.where("not success").select("table", "expectation", "column").collect()
+    assert [tuple(r) for r in failed] == [
+        ("silver/orders", "expect_column_values_to_be_unique", "order_id")
+    ]
+    assert tables_runs.select("run_id").distinct().count() == 2
 
 
 def _event(n: int, event_type: str, quantity: int, price: str, second: int, product: str):
