@@ -118,7 +118,7 @@ def kill_at_random_instants(
         proc = start_job(module, env, log, "--once")
         target = delta_commits(watched_table) + rng.randint(*batches)
         deadline = time.monotonic() + 180
-        poll_s = 0.2 if "://" in watched_table else 0.02  # a listing on S3 costs three processes
+        poll_s = 0.5 if "://" in watched_table else 0.02  # a listing on S3 costs three processes
         while delta_commits(watched_table) < target and proc.poll() is None:
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(poll_s)
