@@ -107,11 +107,15 @@ def _project(spark: SparkSession, conf: LakehouseConf) -> Iterator[Path]:
             files.upload(local, remote)
 
 
-def _context(root: Path):
+def _context(root: Path | None):
+    """Great Expectations' file project at `root`; None: one in memory, with no Data Docs."""
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    context = gx.get_context(mode="file", project_root_dir=str(root))
+    if root is None:
+        context = gx.get_context(mode="ephemeral")
+    else:
+        context = gx.get_context(mode="file", project_root_dir=str(root))
     try:  # no progress bars per metric: the job prints its own summary
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -163,7 +167,10 @@ def check_frames(
 ) -> list[SuiteOutcome]:
     """Run the suites of the given tables (their declarations in `declared`) on the given
     DataFrames (a whole table, or one micro-batch's rows), record the results and apply each
-    suite's policy."""
+    suite's policy. Only a run on whole tables (`scope` "table") adds to the Data Docs: a page
+    per micro-batch would grow `_quality` without end (the results table records each batch)."""
+    if scope != "table":
+        return _check_frames(spark, conf, frames, declared, scope, _context(None))
     with _project(spark, conf) as project:
         return _check_frames(spark, conf, frames, declared, scope, _context(project))
 
@@ -186,7 +193,7 @@ def _check_frames(
         if suite.table not in frames:
             continue
         frame, version = frames[suite.table]
-        result = _validate(gx, context, source, suite, suite.prepare(frame))
+        result = _validate(gx, context, source, suite, suite.prepare(frame), scope == "table")
         where = f"{suite.table} ({scope if version is None else f'version {version}'})"
         failures, head = [], (run_id, run_at, suite.table, version, scope, suite.name)
         for r in result.results:
@@ -225,7 +232,7 @@ def _check_frames(
     return outcomes
 
 
-def _validate(gx, context, source, suite: Suite, df):
+def _validate(gx, context, source, suite: Suite, df, docs: bool):
     known = {a.name: a for a in source.assets}
     asset = known.get(suite.name) or source.add_dataframe_asset(name=suite.name)
     batch_def = next((b for b in asset.batch_definitions if b.name == "whole"), None)
@@ -240,7 +247,7 @@ def _validate(gx, context, source, suite: Suite, df):
         gx.Checkpoint(
             name=f"{suite.name}_checkpoint",
             validation_definitions=[definition],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="docs")],
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="docs")] if docs else [],
         )
     )
     run = checkpoint.run(batch_parameters={"dataframe": df})
