@@ -170,9 +170,9 @@ def check_frames(
     suite's policy. Only a run on whole tables (`scope` "table") adds to the Data Docs: a page
     per micro-batch would grow `_quality` without end (the results table records each batch)."""
     if scope != "table":
-        return _check_frames(spark, conf, frames, declared, scope, _context(None))
+        return _check_frames(spark, conf, frames, declared, scope, _context(None), docs=False)
     with _project(spark, conf) as project:
-        return _check_frames(spark, conf, frames, declared, scope, _context(project))
+        return _check_frames(spark, conf, frames, declared, scope, _context(project), docs=True)
 
 
 def _check_frames(
@@ -182,6 +182,8 @@ def _check_frames(
     declared: dict[str, Table],
     scope: str,
     context,
+    *,
+    docs: bool,
 ) -> list[SuiteOutcome]:
     import great_expectations as gx
 
@@ -193,7 +195,7 @@ def _check_frames(
         if suite.table not in frames:
             continue
         frame, version = frames[suite.table]
-        result = _validate(gx, context, source, suite, suite.prepare(frame), scope == "table")
+        result = _validate(gx, context, source, suite, suite.prepare(frame), docs)
         where = f"{suite.table} ({scope if version is None else f'version {version}'})"
         failures, head = [], (run_id, run_at, suite.table, version, scope, suite.name)
         for r in result.results:
