@@ -47,7 +47,7 @@ from pipelines.layers.gold import seed_dimensions
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 
 WARM_FROM = 3  # batches before this one pay the JVM's start and first compilations
 

@@ -70,7 +70,7 @@ def consumer_performance(conf, topic: str, records: int) -> dict[str, float]:
 def plain_job(env: str, root: str, topic: str) -> None:
     """The job a user would write: Kafka -> Delta, available-now, Spark's default options but
     read_committed (the contract's records only)."""
-    from pipelines.streaming.spark import build_spark
+    from pipelines.session import build_spark
 
     conf = load_config(env).updated({"storage.root": root})
     spark = build_spark(conf, app_name="bench-plain-kafka-to-delta")

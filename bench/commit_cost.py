@@ -25,8 +25,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.config import load_config
+from pipelines.session import build_spark
 from pipelines.streaming.delta import idempotent_txn
-from pipelines.streaming.spark import build_spark, session_confs
+from pipelines.streaming.spark import session_confs
 
 ROWS = 2_000
 FILES = 40

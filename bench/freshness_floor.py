@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from bench.backlog import cpu_seconds, fresh, record
 from pipelines.config import load_config
 from pipelines.local import broker, s3
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 from pipelines.streaming.storage import Files
 
 CATEGORIES = ["books", "games", "garden", "tools", "toys", "music", "food", "shoes"]

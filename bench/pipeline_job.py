@@ -52,7 +52,7 @@ from pipelines.layers.silver import silver_tables
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 from pipelines.streaming.storage import Files
 from silver.events import with_clock_bound
 from silver.order_events import parse_events

@@ -47,7 +47,7 @@ from pipelines.reference.orders_stream import (
     with_every_twist,
 )
 from pipelines.reference.producer import produce_plan
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 from pipelines.streaming.storage import Files
 
 REPO = Path(__file__).resolve().parent.parent

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from pipelines.config import load_config
 from pipelines.layers.silver import ensure_silver_tables, silver_tables
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 from silver.events import key_condition
 from silver.orders import KEY, ORDER_COLUMNS, current_state, is_newer
 

@@ -227,7 +227,7 @@ def run_layer(conf: LakehouseConf, args: argparse.Namespace) -> int:
 
 def seed(conf: LakehouseConf, args: argparse.Namespace) -> None:
     from pipelines.layers.gold import seed_dimensions
-    from pipelines.streaming.spark import build_spark
+    from pipelines.session import build_spark
 
     counts = seed_dimensions(build_spark(conf, app_name="lakehouse-seed"), conf)
     print(", ".join(f"dimensions/{k}: {v:,} rows" for k, v in counts.items()))
@@ -269,7 +269,7 @@ def sql(conf: LakehouseConf, args: argparse.Namespace) -> int:
     """Run one SQL statement on the lakehouse's tables (by name) and print its result."""
     from pyspark.errors import AnalysisException
 
-    from pipelines.streaming.spark import build_spark
+    from pipelines.session import build_spark
 
     spark = build_spark(conf, app_name="lakehouse-sql")
     try:

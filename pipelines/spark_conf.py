@@ -1,6 +1,6 @@
 """Every Spark setting the lakehouse needs, as plain `--conf` pairs: no JVM, no session.
 
-Used by `pipelines.streaming.spark` to build a session and by the job runner for `spark-submit`.
+Used by `pipelines.session` to build a session and by the job runner for `spark-submit`.
 """
 
 from __future__ import annotations

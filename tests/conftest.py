@@ -96,7 +96,7 @@ def base_conf(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConf:
 
 @pytest.fixture(scope="session")
 def spark(base_conf: LakehouseConf):
-    from pipelines.streaming.spark import build_spark
+    from pipelines.session import build_spark
 
     # all of the JIT's tiers, unlike the short jobs the tests start (`subprocess_env`): this
     # session runs for the whole suite, and its compiled code pays back the compiling

@@ -14,10 +14,10 @@ from pyspark.sql import SparkSession
 from pipelines import logs
 from pipelines.config import LakehouseConf, load_config
 from pipelines.errors import exit_on_known_errors
+from pipelines.jobs.services import lineage_run, serve_metrics
 from pipelines.kafka import check_reachable
 from pipelines.local.processes import process_start
-from pipelines.streaming import lineage, metrics
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 
 
 def parse_args(argv: list[str] | None, prog: str, description: str) -> argparse.Namespace:
@@ -43,7 +43,7 @@ def run_layer_job(
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts
         job = f"{layer}-{args.stream}"
         spark = build_spark(conf, app_name=f"lakehouse-{job}", job=job)
-        with metrics.serve(conf, layer, args.stream), lineage.job_run(conf, layer, args.stream):
+        with serve_metrics(conf, layer, args.stream), lineage_run(conf, layer, args.stream):
             run(spark, conf, args.stream, once=args.once, progress=not args.quiet)
     return 0
 

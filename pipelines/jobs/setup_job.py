@@ -20,8 +20,8 @@ from pipelines.kafka import ensure_topic
 from pipelines.layers.bronze import ensure_bronze_tables
 from pipelines.layers.gold import ensure_gold_tables, gold_tables, seed_dimensions
 from pipelines.layers.silver import ensure_silver_tables, silver_tables
+from pipelines.session import build_spark
 from pipelines.streaming import progress_table
-from pipelines.streaming.spark import build_spark
 from pipelines.streaming.tables import ensure_table
 
 

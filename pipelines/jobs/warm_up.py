@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.config import LakehouseConf
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 
 
 def main() -> None:

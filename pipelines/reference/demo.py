@@ -17,7 +17,7 @@ from pipelines.layers.silver import run_silver, silver_tables
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamPlan, generate_orders_stream, with_every_twist
 from pipelines.reference.producer import produce_plan
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 
 
 def run_demo(conf: LakehouseConf, orders: int | None = None, rounds: int = 3) -> None:

@@ -18,13 +18,9 @@ import attr
 from openlineage.client import OpenLineageClient
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import RunFacet, error_message_run, parent_run
-from openlineage.client.transport.file import FileConfig, FileTransport
-from openlineage.client.transport.http import HttpConfig, HttpTransport
 from openlineage.client.uuid import generate_new_uuid
 
 from pipelines import logs
-from pipelines.config import LakehouseConf
-from pipelines.streaming.metrics import job_tables
 
 log = logs.get("lineage")
 PRODUCER = "https://github.com/streaming-lakehouse/streaming-lakehouse"
@@ -51,63 +47,18 @@ class MicroBatchRunFacet(RunFacet):
     queryId: str | None = None  # noqa: N815
 
 
-def dataset(conf: LakehouseConf, table: str) -> tuple[str, str]:
-    """A table's OpenLineage namespace and name, from where it lives."""
-    path = conf.table_path(table)
-    if path.startswith("s3a://"):
-        bucket, _, key = path.removeprefix("s3a://").partition("/")
-        return f"s3://{bucket}", key
-    if "://" in path:
-        scheme, _, rest = path.partition("://")
-        authority, _, key = rest.partition("/")
-        return f"{scheme}://{authority}", key
-    return "file", path
-
-
-def topic_dataset(conf: LakehouseConf, topic: str) -> tuple[str, str]:
-    server = conf.kafka.bootstrap_servers.split(",")[0].strip()
-    return f"kafka://{server}", topic
-
-
-def job_datasets(
-    conf: LakehouseConf, layer: str, stream: str
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The datasets a layer's job reads and writes."""
-    s = conf.stream(stream)
-    kafka = [topic_dataset(conf, s.topic)]
-    reads = {
-        "bronze": kafka,
-        "silver": [dataset(conf, s.bronze_table)],
-        "gold": [dataset(conf, t) for t in (s.events_table, *s.dimensions.values()) if t],
-        "pipeline": kafka + [dataset(conf, t) for t in s.dimensions.values()],
-        "publish": [dataset(conf, t) for t in s.gold_tables],
-    }[layer]
-    if layer == "publish":  # the gold tables to their topics, and the versions published
-        topics = [s.gold_topic(t) for t in s.gold_tables] + [s.published_versions_topic]
-        return reads, [topic_dataset(conf, t) for t in topics]
-    writes = [dataset(conf, t) for t in job_tables(conf, layer, stream)]
-    return reads, writes
-
-
-def _client(conf: LakehouseConf) -> OpenLineageClient:
-    c = conf.lineage
-    if c.url:
-        config = HttpConfig(url=c.url, endpoint=c.endpoint, timeout=2.0, retry=RETRY)
-        return OpenLineageClient(transport=HttpTransport(config))
-    target = conf.lineage_file
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return OpenLineageClient(
-        transport=FileTransport(FileConfig(log_file_path=str(target), append=True))
-    )
-
-
 class JobLineage:
     """The events of one job run and of its micro-batches."""
 
-    def __init__(self, conf: LakehouseConf, layer: str, stream: str) -> None:
-        self.client = _client(conf)
-        self.namespace, self.name = conf.lineage.namespace, f"{layer}-{stream}"
-        reads, writes = job_datasets(conf, layer, stream)
+    def __init__(
+        self,
+        client: OpenLineageClient,
+        namespace: str,
+        name: str,
+        reads: list[tuple[str, str]],
+        writes: list[tuple[str, str]],
+    ) -> None:
+        self.client, self.namespace, self.name = client, namespace, name
         self.inputs = [InputDataset(namespace=n, name=d) for n, d in reads]
         self.outputs = [OutputDataset(namespace=n, name=d) for n, d in writes]
         self.run_id = str(generate_new_uuid())
@@ -180,13 +131,9 @@ def batch(batch_id: int, query_id: str | None) -> Iterator[None]:
 
 
 @contextmanager
-def job_run(conf: LakehouseConf, layer: str, stream: str) -> Iterator[JobLineage | None]:
+def job_run(lineage: JobLineage) -> Iterator[JobLineage]:
     """START the job's run, COMPLETE it at the end of the block (FAIL on an error)."""
     global _current
-    if not conf.lineage.enabled:
-        yield None
-        return
-    lineage = JobLineage(conf, layer, stream)
     lineage.emit(RunState.START, lineage.run_id, lineage.name, {})
     _current = lineage
     try:

@@ -8,9 +8,9 @@ suite, its last verdict. Each metric: docs/monitoring.md, "Metrics for Prometheu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deltalake import DeltaTable as DeltaLake
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -18,12 +18,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pipelines import logs
-from pipelines.config import LakehouseConf
-from pipelines.kafka import admin_client, stable_offsets
+from pipelines.kafka import StableOffsets
 from pipelines.streaming.console import kafka_lag_per_partition
-
-if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
 
 log = logs.get("metrics")
 # The columns whose newest value is an event's time, by preference: the first a table has.
@@ -54,7 +50,7 @@ def observe(query_name: str, progress) -> None:
 class JobMetrics:
     """A job's metrics registry: progress gauges and counters, and its tables' figures."""
 
-    def __init__(self, conf: LakehouseConf, tables: list[str], topics: Sequence[str] = ()) -> None:
+    def __init__(self, figures: TableFigures, transactions: OpenTransactions) -> None:
         self.registry = r = CollectorRegistry()
         q = ["query"]
         self.batches = Counter("lakehouse_batches", "Micro-batches completed", q, registry=r)
@@ -91,9 +87,9 @@ class JobMetrics:
             t,
             registry=r,
         )
-        r.register(TableFigures(conf, tables))
-        if topics:
-            r.register(OpenTransactions(conf, list(topics)))
+        r.register(figures)
+        if transactions.topics:
+            r.register(transactions)
 
     def observe_publication(self, done) -> None:
         for table, (_, last) in done.versions.items():
@@ -121,13 +117,11 @@ class TableFigures(Collector):
     """At each scrape, the figures of the job's tables and of the quality suites on them, from
     the tables' logs (a table not created yet is left out)."""
 
-    def __init__(self, conf: LakehouseConf, tables: list[str]) -> None:
-        self.conf, self.tables = conf, tables
-        self.options = conf.delta_rs_options()
+    def __init__(self, tables: dict[str, str], quality_results: str, options: dict | None) -> None:
+        self.tables, self.quality_results, self.options = tables, quality_results, options
         self._open: dict[str, DeltaLake] = {}
 
-    def _table(self, name: str) -> DeltaLake | None:
-        path = self.conf.table_path(name)
+    def _table(self, path: str) -> DeltaLake | None:
         try:
             if (dt := self._open.get(path)) is None:
                 dt = self._open[path] = DeltaLake(path, storage_options=self.options)
@@ -135,7 +129,7 @@ class TableFigures(Collector):
                 dt.update_incremental()
             return dt
         except Exception as e:  # not created yet, or the storage did not answer: no figure
-            log.debug("no figures for %s: %s", name, e)
+            log.debug("no figures for %s: %s", path, e)
             return None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -152,8 +146,8 @@ class TableFigures(Collector):
             "Event time of the newest row committed (the log's column statistics)",
             labels=t,
         )
-        for name in self.tables:
-            if (dt := self._table(name)) is None:
+        for name, path in self.tables.items():
+            if (dt := self._table(path)) is None:
                 continue
             actions = dt.get_add_actions(flatten=True)
             columns = actions.column_names
@@ -182,7 +176,7 @@ class TableFigures(Collector):
             "When the suite last ran",
             labels=["suite", "table"],
         )
-        dt = self._table(self.conf.tables.quality_results)
+        dt = self._table(self.quality_results)
         if dt is not None:
             results = dt.to_pyarrow_table(columns=["suite", "table", "run_at", "success"])
             newest: dict[tuple[str, str], tuple[Any, bool]] = {}  # run_at: a datetime
@@ -207,9 +201,8 @@ class OpenTransactions(Collector):
     after its producer's transaction.timeout.ms; until then every later record of the partition
     waits, and a read_committed job reads none of them."""
 
-    def __init__(self, conf: LakehouseConf, topics: list[str]) -> None:
-        self.conf, self.topics = conf, topics
-        self._admin: AdminClient | None = None
+    def __init__(self, topics: list[str], offsets: Callable[[str], list[StableOffsets]]) -> None:
+        self.topics, self.offsets = topics, offsets
 
     def describe(self) -> list[GaugeMetricFamily]:
         """The families, without samples (no Kafka request)."""
@@ -232,8 +225,7 @@ class OpenTransactions(Collector):
         held, age = self.describe()
         for topic in self.topics:
             try:
-                self._admin = self._admin or admin_client(self.conf)
-                found = stable_offsets(self.conf, topic, self._admin)
+                found = self.offsets(topic)
             except Exception as e:  # Kafka did not answer: no figure this time
                 log.debug("no transaction figures for %s: %s", topic, e)
                 continue
@@ -249,39 +241,18 @@ def _values(actions, column: str) -> list:
     return actions.column(column).to_pylist()
 
 
-def job_tables(conf: LakehouseConf, layer: str, stream: str) -> list[str]:
-    """The tables a layer's job writes (its figures are the job's)."""
-    s = conf.stream(stream)
-    bronze = [s.bronze_table, s.gaps_table]
-    silver = [t for t in (s.events_table, s.state_table, s.quarantine_table) if t]
-    gold = [t for t in (*s.gold_tables, s.late_events_table, s.high_water_table) if t]
-    layers = {"bronze": bronze, "silver": silver, "gold": gold, "publish": list(s.gold_tables)}
-    return layers.get(layer, bronze + silver + gold)
-
-
 @contextmanager
-def serve(conf: LakehouseConf, layer: str, stream: str) -> Iterator[JobMetrics | None]:
-    """Serve the job's metrics at its port (metrics.ports[<layer>-<stream>]) while in the block.
-    A port that is taken (another copy of the job, waiting for its checkpoint) leaves this copy
-    without metrics, with a warning: never a reason to stop a job."""
+def serve(metrics: JobMetrics, job: str, host: str, port: int) -> Iterator[JobMetrics | None]:
+    """Serve `metrics` at host:port while in the block. A port that is taken (another copy of the
+    job, waiting for its checkpoint) leaves this copy without metrics: never a reason to stop."""
     global _current
-    job, m = f"{layer}-{stream}", conf.metrics
-    port = m.ports.get(job)
-    if not m.enabled or port is None:
-        if m.enabled:
-            log.warning("no metrics for job %s: no metrics.ports.%s in %s", job, job, conf.source)
-        yield None
-        return
-    s = conf.stream(stream)
-    reads_kafka = layer in ("bronze", "pipeline") and s.isolation_level == "read_committed"
-    metrics = JobMetrics(conf, job_tables(conf, layer, stream), [s.topic] if reads_kafka else [])
     try:
-        server, thread = start_http_server(port, addr=m.host, registry=metrics.registry)
+        server, thread = start_http_server(port, addr=host, registry=metrics.registry)
     except OSError as e:
-        log.warning("no metrics for job %s: port %s:%d: %s", job, m.host, port, e)
+        log.warning("no metrics for job %s: port %s:%d: %s", job, host, port, e)
         yield None
         return
-    log.info("metrics of job %s at http://%s:%d/metrics", job, m.host, port)
+    log.info("metrics of job %s at http://%s:%d/metrics", job, host, port)
     _current = metrics
     try:
         yield metrics

@@ -21,7 +21,7 @@ APPEND = """
 import sys, time
 from pathlib import Path
 from pipelines.config import load_config
-from pipelines.streaming.spark import build_spark
+from pipelines.session import build_spark
 
 writer, path, commits, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 spark = build_spark(load_config(), f"append-{writer}")

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipelines.config import load_config
+from pipelines.jobs import services
 from pipelines.streaming import lineage
 
 
@@ -38,7 +39,7 @@ def endpoint():
 def test_a_job_run_and_its_batches_reach_an_http_endpoint(endpoint, tmp_path):
     url, received = endpoint
     conf = load_config("test").updated({"lineage.url": url, "storage.root": str(tmp_path)})
-    with lineage.job_run(conf, "silver", "orders") as job:
+    with services.lineage_run(conf, "silver", "orders") as job:
         with lineage.batch(0, "q-1"):
             pass
         with pytest.raises(ValueError), lineage.batch(1, "q-1"):
@@ -68,12 +69,12 @@ def test_a_job_run_and_its_batches_reach_an_http_endpoint(endpoint, tmp_path):
 
 def test_datasets_are_named_by_where_they_live():
     conf = load_config("test").updated({"storage.root": "s3a://lake/prod"})
-    assert lineage.dataset(conf, "silver/orders") == ("s3://lake", "prod/silver/orders")
-    assert lineage.topic_dataset(conf, "orders.events") == (
+    assert services.dataset(conf, "silver/orders") == ("s3://lake", "prod/silver/orders")
+    assert services.topic_dataset(conf, "orders.events") == (
         "kafka://127.0.0.1:19092",
         "orders.events",
     )
-    reads, writes = lineage.job_datasets(conf, "pipeline", "orders")
+    reads, writes = services.job_datasets(conf, "pipeline", "orders")
     assert reads == [
         ("kafka://127.0.0.1:19092", "orders.events"),
         ("s3://lake", "prod/dimensions/products"),
@@ -86,7 +87,7 @@ def test_an_endpoint_that_does_not_answer_never_stops_the_job(tmp_path, caplog):
     conf = load_config("test").updated(
         {"lineage.url": "http://127.0.0.1:9", "storage.root": str(tmp_path)}
     )
-    with lineage.job_run(conf, "bronze", "orders"), lineage.batch(0, None):
+    with services.lineage_run(conf, "bronze", "orders"), lineage.batch(0, None):
         pass
     assert [r.getMessage()[:45] for r in caplog.records if r.name == "lakehouse.lineage"] == [
         "could not send an OpenLineage event of bronze"

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from pipelines.config import REPO_ROOT, load_config
+from pipelines.jobs.services import job_metrics
 from pipelines.spark_conf import metrics_settings
-from pipelines.streaming.metrics import JobMetrics, OpenTransactions
+from pipelines.streaming.metrics import OpenTransactions
 
 RULES = REPO_ROOT / "conf" / "prometheus" / "lakehouse-alerts.yml"
 
@@ -36,7 +37,10 @@ def test_each_job_has_fixed_ports_written_as_file_sd_target_groups():
 def exported() -> set[str]:
     """Every sample name a job's metrics can have (a job reading Kafka's too)."""
     conf = load_config("test")
-    families = [*JobMetrics(conf, []).registry.collect(), *OpenTransactions(conf, []).describe()]
+    families = [
+        *job_metrics(conf, [], []).registry.collect(),
+        *OpenTransactions([], list).describe(),
+    ]
     return {f.name + ("_total" if f.type == "counter" else "") for f in families}
 
 
@@ -69,8 +73,6 @@ def test_table_figures_come_from_the_logs_and_the_newest_quality_run(tmp_path):
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from pipelines.streaming.metrics import TableFigures
-
     conf = load_config("test").updated({"storage.root": str(tmp_path)})
     t = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
     quarantine = pa.table({"offset": [1, 2, 3], "kafka_timestamp": [t, t.replace(minute=7), t]})
@@ -88,7 +90,7 @@ def test_table_figures_come_from_the_logs_and_the_newest_quality_run(tmp_path):
     tables = ["silver/order_events", "silver/orders", "silver/orders_quarantine"]
     samples = {
         (s.name, tuple(s.labels.values())): s.value
-        for family in TableFigures(conf, tables).collect()
+        for family in job_metrics(conf, tables, []).registry.collect()
         for s in family.samples
     }
     at = ("silver/orders_quarantine",)
