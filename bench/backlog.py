@@ -20,7 +20,8 @@ from pipelines.reference.orders_stream import generate_orders_stream, with_every
 CHUNK_ORDERS = 100_000  # one generated chunk: ~240,000 records, its own seed and event-time span
 EVENTS_PER_SECOND = 250  # event-time pace inside a chunk: late events (15-40 min) stay in it
 T0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC)
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "results"  # raw figures; not in git, made here for a clone
+RESULTS.mkdir(exist_ok=True)
 
 
 def generate_chunk(k: int) -> list:
