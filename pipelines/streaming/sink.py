@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.util import inheritable_thread_target
 
 from pipelines import logs
 from pipelines.errors import JobFailedError, LakehouseError
@@ -205,8 +204,7 @@ class IdempotentSink:
 
     def in_parallel(self, *writes: Callable[[], object]) -> None:
         """Run independent writes of the batch side by side, each on a thread of its own (its log
-        lines and Spark jobs still name the batch and its query); wait for every one, then raise
-        the first failure. Each write
+        lines still name the batch); wait for every one, then raise the first failure. Each write
         is once per batch on its own, so a failure leaves the others' commits for the batch's
         re-run to skip."""
         if len(writes) < 2:
@@ -214,8 +212,7 @@ class IdempotentSink:
                 write()
             return
         with ThreadPoolExecutor(len(writes), thread_name_prefix="batch-write") as pool:
-            own = [inheritable_thread_target(logs.in_this_context(w)) for w in writes]
-            futures = [pool.submit(w) for w in own]
+            futures = [pool.submit(logs.in_this_context(w)) for w in writes]
         failures = [e for f in futures if (e := f.exception()) is not None]
         if failures:
             raise failures[0]

@@ -199,12 +199,11 @@ def test_writes_side_by_side_each_commit_once_per_batch_and_a_failure_is_raised_
     paths = {n: str(tmp_path / n) for n in ("a", "b", "c")}
     for path in paths.values():
         spark.range(0).selectExpr("id", "0L AS n").write.format("delta").save(path)
-    fail, seen = {"b": False}, []
+    fail = {"b": False}
 
     class Sink(IdempotentSink):
         def write_batch(self, batch, batch_id):
             def merge(name):
-                seen.append(spark.sparkContext.getLocalProperty("streaming.sql.batchId"))
                 if fail.get(name):
                     raise RuntimeError(f"{name} is down")
                 logs.get("test").warning("merging %s", name)
@@ -237,12 +236,7 @@ def test_writes_side_by_side_each_commit_once_per_batch_and_a_failure_is_raised_
         for n, p in paths.items()
     }
     caplog.set_level(logging.WARNING, logger="lakehouse.test")
-    spark.sparkContext.setLocalProperty("streaming.sql.batchId", "0")  # as Spark sets it
-    try:
-        sink(rows, 0)
-    finally:
-        spark.sparkContext.setLocalProperty("streaming.sql.batchId", None)
-    assert seen == ["0", "0"]  # each write's thread has the batch's properties: its jobs name it
+    sink(rows, 0)
     sink(rows, 0)  # a replay: nothing commits
     assert {n: v() for n, v in versions.items()} == {"a": 2, "b": 2, "c": 2}
     assert sorted(r.getMessage() for r in caplog.records if r.name == "lakehouse.test") == [
