@@ -15,6 +15,16 @@ from pipelines.config import LakehouseConf
 from pipelines.kafka import StableOffsets, admin_client, stable_offsets
 from pipelines.streaming import lineage, metrics
 
+# One quick retry: a batch must not wait on a lineage endpoint that is down.
+RETRY = {
+    "total": 1,
+    "connect": 1,
+    "read": 1,
+    "backoff_factor": 0.2,
+    "status_forcelist": [500, 502, 503, 504],
+    "allowed_methods": ["HEAD", "POST"],
+}
+
 
 def job_tables(conf: LakehouseConf, layer: str, stream: str) -> list[str]:
     """The tables a layer's job writes (its figures are the job's)."""
@@ -101,7 +111,7 @@ def lineage_client(conf: LakehouseConf) -> OpenLineageClient:
     """A client that sends to lineage.url, or appends to the lineage file."""
     c = conf.lineage
     if c.url:
-        config = HttpConfig(url=c.url, endpoint=c.endpoint, timeout=2.0, retry=lineage.RETRY)
+        config = HttpConfig(url=c.url, endpoint=c.endpoint, timeout=2.0, retry=RETRY)
         return OpenLineageClient(transport=HttpTransport(config))
     conf.lineage_file.parent.mkdir(parents=True, exist_ok=True)
     file = FileConfig(log_file_path=str(conf.lineage_file), append=True)

@@ -24,16 +24,6 @@ from pipelines import logs
 
 log = logs.get("lineage")
 PRODUCER = "https://github.com/streaming-lakehouse/streaming-lakehouse"
-
-# One quick retry: a batch must not wait on a lineage endpoint that is down.
-RETRY = {
-    "total": 1,
-    "connect": 1,
-    "read": 1,
-    "backoff_factor": 0.2,
-    "status_forcelist": [500, 502, 503, 504],
-    "allowed_methods": ["HEAD", "POST"],
-}
 PAUSE_S = 60.0  # after an event could not be sent, the next ones are dropped this long
 
 _current: JobLineage | None = None
