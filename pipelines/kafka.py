@@ -6,7 +6,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -15,9 +16,34 @@ from pipelines.config import (
     SASL_PASSWORD_ENV,
     SECRET_PATTERN,
     InvalidConfigError,
+    KafkaConf,
     LakehouseConf,
 )
 from pipelines.errors import ConfigError, DeniedError, UnreachableError
+
+
+class KafkaAccess(Protocol):
+    """What Kafka's clients read of the configuration: a `LakehouseConf`, or what `kafka_access`
+    resolves of it for code that is not handed the whole of it."""
+
+    @property
+    def kafka(self) -> KafkaConf: ...
+    @property
+    def ssl_ca_file(self) -> Path | None: ...
+    @property
+    def source(self) -> str: ...  # the configuration file, named in messages
+
+
+@dataclass(frozen=True)
+class ResolvedKafka:
+    kafka: KafkaConf
+    ssl_ca_file: Path | None
+    source: str
+
+
+def kafka_access(conf: LakehouseConf) -> ResolvedKafka:
+    """The Kafka part of `conf`, resolved at the edge."""
+    return ResolvedKafka(conf.kafka, conf.ssl_ca_file, conf.source)
 
 
 class KafkaUnreachableError(UnreachableError):
@@ -32,7 +58,7 @@ class TopicMissingError(ConfigError):
     """The topic a job reads does not exist."""
 
 
-def sasl_password(conf: LakehouseConf) -> str:
+def sasl_password(conf: KafkaAccess) -> str:
     """The SASL password, from the environment only."""
     if conf.kafka.sasl_password is None:
         raise InvalidConfigError(
@@ -42,7 +68,7 @@ def sasl_password(conf: LakehouseConf) -> str:
     return conf.kafka.sasl_password.get_secret_value()
 
 
-def client_settings(conf: LakehouseConf) -> dict[str, str]:
+def client_settings(conf: KafkaAccess) -> dict[str, str]:
     """librdkafka settings (confluent-kafka) for the configured cluster."""
     k = conf.kafka
     settings = {"bootstrap.servers": k.bootstrap_servers, "security.protocol": k.security_protocol}
@@ -55,7 +81,7 @@ def client_settings(conf: LakehouseConf) -> dict[str, str]:
     return settings
 
 
-def spark_kafka_options(conf: LakehouseConf) -> dict[str, str]:
+def spark_kafka_options(conf: KafkaAccess) -> dict[str, str]:
     """`kafka.*` options for Spark's Kafka source (Java client names)."""
     k = conf.kafka
     options = {
@@ -85,7 +111,7 @@ def redacted(options: dict[str, str]) -> dict[str, str]:
 
 
 def admin_client(
-    conf: LakehouseConf,
+    conf: KafkaAccess,
     timeout_s: float | None = None,
     on_error: Callable[[KafkaError], None] | None = None,
 ) -> AdminClient:
@@ -96,7 +122,7 @@ def admin_client(
     return AdminClient(settings | ({"error_cb": on_error} if on_error else {}))
 
 
-def denied(conf: LakehouseConf, what: str, *, login: bool, detail: str = "") -> KafkaDeniedError:
+def denied(conf: KafkaAccess, what: str, *, login: bool, detail: str = "") -> KafkaDeniedError:
     """The one line for a refused login (`login`) or an untrusted broker certificate."""
     k = conf.kafka
     if login:
@@ -116,7 +142,7 @@ def denied(conf: LakehouseConf, what: str, *, login: bool, detail: str = "") -> 
     return KafkaDeniedError(f"{what}{why}. Not retried: the same settings fail the same way.")
 
 
-def check_reachable(conf: LakehouseConf, timeout_s: float | None = None) -> None:
+def check_reachable(conf: KafkaAccess, timeout_s: float | None = None) -> None:
     """Raise KafkaUnreachableError naming the address when no broker answers, and
     KafkaDeniedError at once when one refuses the login or is not trusted."""
     timeout = timeout_s or conf.kafka.request_timeout_s
@@ -162,7 +188,7 @@ KAFKA_NAME_MISMATCH = ("no subject alternative", "no name matching")
 
 
 def kafka_failure(
-    e: Exception, conf: LakehouseConf, what: str
+    e: Exception, conf: KafkaAccess, what: str
 ) -> KafkaUnreachableError | KafkaDeniedError | None:
     """A query that Kafka's client stopped because no broker answered, or one refused the login or
     was not trusted: one line naming the servers (None for any other failure)."""
@@ -186,7 +212,7 @@ def kafka_failure(
 
 
 def ensure_topic(
-    conf: LakehouseConf,
+    conf: KafkaAccess,
     topic: str,
     partitions: int,
     replication: int,
@@ -221,7 +247,7 @@ class PartitionWatermarks:
     high: int
 
 
-def _partitions(conf: LakehouseConf, topic: str, admin: AdminClient | None = None) -> list[int]:
+def _partitions(conf: KafkaAccess, topic: str, admin: AdminClient | None = None) -> list[int]:
     """The partitions of `topic`, or TopicMissingError naming it and the broker."""
     timeout = conf.kafka.request_timeout_s
     meta = (admin or admin_client(conf)).list_topics(topic, timeout=timeout).topics.get(topic)
@@ -234,7 +260,7 @@ def _partitions(conf: LakehouseConf, topic: str, admin: AdminClient | None = Non
 
 
 def topic_watermarks(
-    conf: LakehouseConf, topic: str, isolation_level: str = "read_committed"
+    conf: KafkaAccess, topic: str, isolation_level: str = "read_committed"
 ) -> list[PartitionWatermarks]:
     """Low and high watermarks of every partition of `topic`, the high one as a consumer of
     `isolation_level` sees it (read_committed: the last stable offset)."""
@@ -279,7 +305,7 @@ class StableOffsets:
 
 
 def stable_offsets(
-    conf: LakehouseConf, topic: str, admin: AdminClient | None = None
+    conf: KafkaAccess, topic: str, admin: AdminClient | None = None
 ) -> list[StableOffsets]:
     """Each partition of `topic`: its last stable offset and log end offset, and where a
     transaction still open holds records back, when it began (its first record, read

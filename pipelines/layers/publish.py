@@ -22,9 +22,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 import gold.publication
 from pipelines import logs
-from pipelines.config import LakehouseConf, StreamConf, duration_seconds
+from pipelines.config import LakehouseConf, PublishConf, duration_seconds
 from pipelines.errors import JobFailedError
-from pipelines.kafka import check_reachable, client_settings, ensure_topic
+from pipelines.kafka import (
+    KafkaAccess,
+    ResolvedKafka,
+    check_reachable,
+    client_settings,
+    ensure_topic,
+    kafka_access,
+)
 from pipelines.layers.gold import gold_tables
 from pipelines.streaming import lineage, metrics
 from pipelines.streaming.delta import commit_text, commit_time_ms, snapshot
@@ -152,9 +159,9 @@ def gold_topics(conf: LakehouseConf, stream_name: str) -> list[GoldTopic]:
     return found
 
 
-def transactional_id(stream: StreamConf) -> str:
+def transactional_id(published_topic: str) -> str:
     """The one transactional id of a stream's publisher: named after its published topic."""
-    return f"lakehouse-publish.{stream.published_versions_topic}"
+    return f"lakehouse-publish.{published_topic}"
 
 
 def _kafka_error(e: KafkaException) -> KafkaError | None:
@@ -166,19 +173,43 @@ def _fenced(err: KafkaError | None) -> bool:
     return err is not None and err.code() in fenced
 
 
+@dataclass(frozen=True)
+class Publication:
+    """What a stream's publisher needs of the configuration, resolved where it is read."""
+
+    stream: str
+    tables: list[GoldTopic]
+    published_topic: str  # the stream's `published_topic`: the versions published
+    replicas: tuple[int, int | None]  # the topics' replication factor and min.insync.replicas
+    settings: PublishConf
+    kafka: ResolvedKafka
+    checkpoint: str
+
+
+def publication(conf: LakehouseConf, stream_name: str) -> Publication:
+    stream = conf.stream(stream_name)
+    return Publication(
+        stream_name,
+        gold_topics(conf, stream_name),
+        stream.published_versions_topic,
+        (stream.replication_factor, stream.min_insync_replicas),
+        conf.publish,
+        kafka_access(conf),
+        conf.checkpoint_path(f"publish/{stream_name}"),
+    )
+
+
 class GoldPublisher:
     """Publishes a stream's gold changes, one Kafka transaction per round (see the module)."""
 
-    def __init__(self, spark: SparkSession, conf: LakehouseConf, stream_name: str) -> None:
-        self.spark, self.conf = spark, conf
-        self.stream = conf.stream(stream_name)
-        self.stream_name = stream_name
-        self.tables = gold_topics(conf, stream_name)
-        self.published_topic = self.stream.published_versions_topic
-        self.transactional_id = transactional_id(self.stream)
+    def __init__(self, spark: SparkSession, publication: Publication) -> None:
+        self.spark, self.kafka, self.settings = spark, publication.kafka, publication.settings
+        self.stream_name, self.tables = publication.stream, publication.tables
+        self.published_topic, self.replicas = publication.published_topic, publication.replicas
+        self.transactional_id = transactional_id(self.published_topic)
         self.positions: dict[str, Position] = {}
         self.producer: Producer | None = None
-        self.checkpoint = conf.checkpoint_path(f"publish/{stream_name}")
+        self.checkpoint = publication.checkpoint
         self.fatal: KafkaError | None = None  # what made the producer unusable, if anything
 
     def _on_error(self, err: KafkaError) -> None:
@@ -191,27 +222,14 @@ class GoldPublisher:
     def open(self) -> None:
         """Create the topics if missing, fence every earlier producer of this stream (aborting
         its open transaction), and read back the versions published."""
-        s, p = self.stream, self.conf.publish
-        check_reachable(self.conf)
-        for t in self.tables:
-            ensure_topic(
-                self.conf,
-                t.topic,
-                p.partitions,
-                s.replication_factor,
-                s.min_insync_replicas,
-                settings=COMPACTED,
-            )
-        ensure_topic(
-            self.conf,
-            self.published_topic,
-            1,
-            s.replication_factor,
-            s.min_insync_replicas,
-            settings=PUBLISHED_TOPIC_SETTINGS,
-        )
+        check_reachable(self.kafka)
+        for topic, partitions, settings in [
+            *[(t.topic, self.settings.partitions, COMPACTED) for t in self.tables],
+            (self.published_topic, 1, PUBLISHED_TOPIC_SETTINGS),
+        ]:
+            ensure_topic(self.kafka, topic, partitions, *self.replicas, settings=settings)
         self._start_producer()
-        self.positions = read_positions(self.conf, self.published_topic, self.transactional_id)
+        self.positions = read_positions(self.kafka, self.published_topic, self.transactional_id)
         for t in self.tables:
             if (at := self.positions.get(t.name)) is not None:
                 log.info("%s: published up to version %d (%s)", t.name, at.version, t.topic)
@@ -220,18 +238,18 @@ class GoldPublisher:
 
     def _start_producer(self) -> None:
         """A new transactional producer: `init_transactions` fences every earlier one of the id."""
-        timeout_ms = self.conf.publish.transaction_timeout_s * 1000
-        settings = client_settings(self.conf) | PRODUCER_SETTINGS
+        timeout_ms = self.settings.transaction_timeout_s * 1000
+        settings = client_settings(self.kafka) | PRODUCER_SETTINGS
         settings |= {"transactional.id": self.transactional_id, "error_cb": self._on_error}
         settings |= {"transaction.timeout.ms": timeout_ms, "message.timeout.ms": timeout_ms}
         self.producer = Producer(settings)
         try:
-            self.producer.init_transactions(self.conf.kafka.request_timeout_s * 4)
+            self.producer.init_transactions(self.kafka.kafka.request_timeout_s * 4)
         except KafkaException as e:
             self.producer = None
             raise JobFailedError(
                 f"publish of stream {self.stream_name!r}: Kafka at "
-                f"{self.conf.kafka.bootstrap_servers} did not start the transactional producer "
+                f"{self.kafka.kafka.bootstrap_servers} did not start the transactional producer "
                 f"{self.transactional_id!r}: {e.args[0].str() if _kafka_error(e) else e}"
             ) from None
 
@@ -259,7 +277,7 @@ class GoldPublisher:
 
     def _plan(self) -> list[Step]:
         """What each table has that is not published yet."""
-        plan, most = [], self.conf.publish.max_versions_per_transaction
+        plan, most = [], self.settings.max_versions_per_transaction
         for t in self.tables:
             found = snapshot(self.spark, t.path)
             version = found.version()
@@ -275,7 +293,7 @@ class GoldPublisher:
                     f"{self.published_topic} says table id {at.table_id} up to version "
                     f"{at.version}, the table's id is {table_id} (recreated?). To publish the "
                     f"new table from its current rows, give the stream another published_topic "
-                    f"(and gold topics) in {self.conf.source}, or delete the old topics."
+                    f"(and gold topics) in {self.kafka.source}, or delete the old topics."
                 )
             elif version > at.version:
                 last = min(version, at.version + most)
@@ -315,7 +333,7 @@ class GoldPublisher:
                 if err is None or err.fatal() or not err.txn_requires_abort():
                     raise JobFailedError(
                         f"publish of stream {self.stream_name!r} failed on Kafka at "
-                        f"{self.conf.kafka.bootstrap_servers}: {err.str() if err else e}. "
+                        f"{self.kafka.kafka.bootstrap_servers}: {err.str() if err else e}. "
                         "Restarted, it resumes after the last version Kafka committed."
                     ) from None
                 log.warning("transaction aborted (%s): attempt %d again", err.str(), attempt + 1)
@@ -340,7 +358,7 @@ class GoldPublisher:
         """Abort the open transaction if there is one (a failure here changes nothing: a
         restart's fencing aborts it)."""
         try:
-            self._live().abort_transaction(self.conf.kafka.request_timeout_s)
+            self._live().abort_transaction(self.kafka.kafka.request_timeout_s)
         except KafkaException:
             pass
 
@@ -366,7 +384,7 @@ class GoldPublisher:
         leader or coordinator moving): its outcome is then still open, never guessed."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                self._live().commit_transaction(self.conf.publish.transaction_timeout_s)
+                self._live().commit_transaction(self.settings.transaction_timeout_s)
                 return
             except KafkaException as e:
                 err = _kafka_error(e)
@@ -377,7 +395,7 @@ class GoldPublisher:
 
     def _abort(self) -> None:
         try:
-            self._live().abort_transaction(self.conf.kafka.request_timeout_s * 4)
+            self._live().abort_transaction(self.kafka.kafka.request_timeout_s * 4)
         except KafkaException as e:
             err = self._cause(_kafka_error(e))
             if _fenced(err):
@@ -412,7 +430,7 @@ class GoldPublisher:
                 _produce(producer, t.topic, row["key"].encode(), value, headers, delivered)
                 sent += 1
             # in Kafka before the next table is read: the commit then waits for nothing
-            producer.flush(self.conf.publish.transaction_timeout_s)
+            producer.flush(self.settings.transaction_timeout_s)
             positions[t.name] = Position(t.name, step.table_id, step.last)
             done.versions[t.name] = (step.first, step.last)
             done.messages[t.name] = sent
@@ -461,7 +479,7 @@ def _commit_ms(spark: SparkSession, path: str, version: int) -> int | None:
 
 
 def read_positions(
-    conf: LakehouseConf, topic: str, key: str, window: int = 1000
+    conf: KafkaAccess, topic: str, key: str, window: int = 1000
 ) -> dict[str, Position]:
     """Every table's position in the newest record of `key` in the published topic, read
     committed: each transaction writes one with every table's, so the newest committed one is
@@ -516,7 +534,7 @@ def run_publish(
 ) -> list[Round]:
     """Publish until every table's newest version is (`once`), or until SIGINT/SIGTERM, which
     stop it between transactions. Returns the rounds of a `once` run (none kept otherwise)."""
-    publisher = GoldPublisher(spark, conf, stream_name)
+    publisher = GoldPublisher(spark, publication(conf, stream_name))
     say = log.info if progress else log.debug
     stop = threading.Event()
     previous = {}

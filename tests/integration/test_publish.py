@@ -23,7 +23,12 @@ from pipelines.errors import JobFailedError
 from pipelines.kafka import admin_client, client_settings, stable_offsets
 from pipelines.layers.gold import gold_tables, seed_dimensions
 from pipelines.layers.pipeline import run_pipeline
-from pipelines.layers.publish import GoldPublisher, PublisherFencedError, run_publish
+from pipelines.layers.publish import (
+    GoldPublisher,
+    PublisherFencedError,
+    publication,
+    run_publish,
+)
 from pipelines.local import broker
 from pipelines.reference.orders_stream import StreamOptions, generate_orders_stream
 from pipelines.reference.producer import produce_plan
@@ -234,7 +239,7 @@ def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_
     # two publishers in this process, as if a second had taken the lease of a frozen first: the
     # newer one's start fences the older one in Kafka, whose next transaction fails saying so;
     # the newer one publishes two more versions (a row deleted: a tombstone; one updated)
-    older = GoldPublisher(spark, lake, "orders")
+    older = GoldPublisher(spark, publication(lake, "orders"))
     older.open()
     assert older.publish_round() is None  # everything is published
     path = gold_tables(lake).aggregates["gold/revenue_by_category_1m"]
@@ -242,7 +247,7 @@ def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_
     gold_table = DeltaTable.forPath(spark, path)
     gold_table.delete(F.col("window_start") == rows[0]["window_start"])
     gold_table.update(F.col("window_start") == rows[-1]["window_start"], {"units": F.lit(1)})
-    newer = GoldPublisher(spark, lake, "orders")
+    newer = GoldPublisher(spark, publication(lake, "orders"))
     newer.open()  # fences the older one
     with pytest.raises(PublisherFencedError, match="another publisher with transactional id"):
         older.publish_round()
@@ -264,7 +269,7 @@ def test_the_publish_job_killed_at_any_instant_publishes_every_gold_change_once_
     # out, Kafka aborts it, and the publisher stops naming the brokers. Back, the same publisher's
     # next transaction commits at once (a producer whose messages timed out fails the next ones)
     short = lake.updated({"publish.transaction_timeout_s": 4, "kafka.request_timeout_s": 2})
-    publisher = GoldPublisher(spark, short, "orders")
+    publisher = GoldPublisher(spark, publication(short, "orders"))
     publisher.open()
     gold_table.update(F.col("window_start") == rows[-1]["window_start"], {"units": F.lit(2)})
     broker.stop(lake, quiet=True)
