@@ -535,6 +535,8 @@ def run_on_schedule(
                 announced = fire
             if wake.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
                 continue  # a run ended, or a signal came, before the fire time
+            if datetime.now(UTC) < fire:
+                continue  # the wait's monotonic clock ended it before the wall clock's fire time
             if len(going) < spec.max_concurrent_runs:
                 started += 1
                 start()
