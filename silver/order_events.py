@@ -84,7 +84,9 @@ def is_one_object(value: Column) -> Column:
     )
     text = value.cast("string")
     through_first = F.octet_length(F.substring_index(text, "}", 1)) + 1
-    then_whitespace = through_first == F.octet_length(F.rtrim(text, F.lit(JSON_WHITESPACE)))
+    # trimmed by a pattern: Spark's two-argument rtrim is deprecated (a warning in every job)
+    trimmed = F.regexp_replace(text, f"[{JSON_WHITESPACE}]+\\z", "")
+    then_whitespace = through_first == F.octet_length(trimmed)
     # Otherwise (a nested object, a `}` in a string, something after it), two Jackson passes: in
     # an array, the value alone makes one element, and followed by `,0` two, exactly when nothing
     # but whitespace follows it; after anything else one of the lengths is wrong or null.
