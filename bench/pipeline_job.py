@@ -15,7 +15,8 @@ Usage:
    delivery to the commit of the gold table whose window row counts it, exactly through the
    tables' logs: the bronze file holding the record -> the pipeline batch that committed that
    file (its Delta transaction id) -> that batch's commit to the gold table. p50/p90/p99/max
-   overall and per minute of sending.
+   overall and per minute of sending; and the lag (records Kafka holds that bronze has not
+   committed, every 5 s), its largest and last value per minute: flat while the job keeps pace.
 4. CPU: the job's processes' CPU time (Python driver and JVM; not the broker nor the producer)
    over the measured part of the steady run, in core-seconds per million records.
 5. The floor chain in the same run (`bench.freshness_floor`, variant `append+merge`: one append
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -117,6 +119,28 @@ def minute_by_minute(windowed) -> dict[int, dict]:
         .orderBy("minute")
         .collect()
     }
+
+
+class LagSampler(threading.Thread):
+    """Every `every` seconds: the records Kafka holds that bronze has not committed yet."""
+
+    def __init__(self, conf: LakehouseConf, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.conf, self.every, self.samples = conf, every, []  # (unix ms, lag)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            self.samples.append(
+                (int(time.time() * 1000), produced(self.conf) - bronze_offsets(self.conf))
+            )
+
+    def per_minute(self, started_ms: int) -> dict[int, dict]:
+        """Per minute of sending: the largest and the last lag sampled."""
+        minutes: dict[int, list[int]] = {}
+        for ms, lag in self.samples:
+            minutes.setdefault((ms - started_ms) // 60000, []).append(lag)
+        return {m: {"max": max(lags), "last": lags[-1]} for m, lags in sorted(minutes.items())}
 
 
 def job_env(conf: LakehouseConf, env: str) -> dict[str, str]:
@@ -248,8 +272,11 @@ def main() -> None:
         produce_plan(conf, plan, topic, track=False, rate=args.rate)
     steady = steady[warmup:]
     cpu_before, started_ms = cpu_seconds(job.pid), int(time.time() * 1000)
+    lag = LagSampler(conf)
+    lag.start()
     produce_plan(conf, StreamPlan(with_every_twist(), steady), topic, track=False, rate=args.rate)
     sent_s = time.time() - started_ms / 1000
+    lag.done.set()
     target = produced(conf)
     while bronze_offsets(conf) < target:
         time.sleep(1)
@@ -258,7 +285,7 @@ def main() -> None:
     job.send_signal(signal.SIGTERM)
     job.wait(timeout=300)
 
-    result = analyse(spark, conf, started_ms)
+    result = analyse(spark, conf, started_ms) | {"lag_per_minute": lag.per_minute(started_ms)}
     f = result["freshness_s"]
     per_m = result["per_minute"]
     core_s_per_m = cpu / (total / 1e6)
@@ -273,6 +300,10 @@ def main() -> None:
         f"max {f['max']:.1f} s",
         "per minute (p50/p99): "
         + ", ".join(f"{m}: {v['p50']:.1f}/{v['p99']:.1f}" for m, v in per_m.items()),
+        "lag per minute, records in Kafka not yet in bronze every 5 s (max/last): "
+        + ", ".join(
+            f"{m}: {v['max']:,}/{v['last']:,}" for m, v in result["lag_per_minute"].items()
+        ),
         f"CPU of the job's processes: {cpu:,.0f} core-s = **{core_s_per_m:,.1f} "
         "core-s per million records**",
     ]

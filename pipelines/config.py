@@ -302,7 +302,7 @@ class PipelineConf(_Section):
     """The pipeline job: one query through bronze, silver and gold per micro-batch."""
 
     trigger_interval: Duration = "0 seconds"  # the next batch starts as soon as one ends
-    max_offsets_per_trigger: Count | None = 500_000  # a backlog drains in batches of this many
+    max_offsets_per_trigger: Count | None = 1_000_000  # a backlog drains in batches of this many
     # the state table (a MERGE) follows the events table in a query of its own, this often: its
     # MERGE reads the whole state table whatever it adds, and beside the pipeline's batches it
     # slows them (bench/RESULTS.md, "Figures behind code choices")
