@@ -307,6 +307,10 @@ class PipelineConf(_Section):
     # MERGE reads the whole state table whatever it adds, and beside the pipeline's batches it
     # slows them (bench/RESULTS.md, "Figures behind code choices")
     state_trigger_interval: Duration = "2 minutes"
+    # `lakehouse run pipeline`'s driver (spark.driver_memory is the other jobs'): it holds a batch
+    # of every layer at once and the state query's MERGE; with 2g, at 10,000 records/s and 1.9M
+    # orders, it stalled for 30 s in collections (bench/RESULTS.md, "Figures behind code choices")
+    driver_memory: Size = "4g"
 
 
 class GoldConf(_Section):

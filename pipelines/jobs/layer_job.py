@@ -31,13 +31,22 @@ def parse_args(argv: list[str] | None, prog: str, description: str) -> argparse.
 
 
 def run_layer_job(
-    argv: list[str] | None, layer: str, run: Callable, doc: str, *, needs_kafka: bool = False
+    argv: list[str] | None,
+    layer: str,
+    run: Callable,
+    doc: str,
+    *,
+    needs_kafka: bool = False,
+    driver_memory: Callable[[LakehouseConf], str] | None = None,
 ) -> int:
-    """A layer job's main: its options, the configuration, a session, then the layer's query."""
+    """A layer job's main: its options, the configuration, a session (its driver's memory
+    `driver_memory(conf)` if given, else spark.driver_memory), then the layer's query."""
     args = parse_args(argv, prog=layer, description=doc.splitlines()[0])
     stop_with_runner()
     with exit_on_known_errors():
         conf = load_config(args.env)
+        if driver_memory is not None:
+            conf = conf.updated({"spark.driver_memory": driver_memory(conf)})
         logs.configure(conf.updated({"log.level": "WARN"}) if args.quiet else conf)
         if needs_kafka:
             check_reachable(conf)  # fail fast, naming the broker, before a JVM starts

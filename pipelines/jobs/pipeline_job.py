@@ -14,7 +14,14 @@ from pipelines.layers.pipeline import run_pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_layer_job(argv, "pipeline", run_pipeline, __doc__, needs_kafka=True)
+    return run_layer_job(
+        argv,
+        "pipeline",
+        run_pipeline,
+        __doc__,
+        needs_kafka=True,
+        driver_memory=lambda conf: conf.pipeline.driver_memory,
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ run by the job runner with plain Python processes in place of spark-submit (no J
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ import nbformat
 import pytest
 
 from pipelines.config import load_config
+from pipelines.jobs import layer_job, pipeline_job
 from pipelines.orchestration import runner
 from pipelines.orchestration.runs import RunState
 from pipelines.orchestration.spec import InvalidJobSpecError, TaskKind, load_job_spec
@@ -99,6 +101,32 @@ def test_spark_submit_and_wheel_tasks_are_spark_submit_command_lines(tmp_path):
     )
     cmd = runner.spark_submit_command(conf, submit.tasks[0], list(submit.tasks[0].parameters))
     assert cmd[-3:] == ["--class", "A", "a.jar"] and "--master" in cmd
+
+
+def test_the_pipeline_drivers_get_the_pipelines_driver_memory(monkeypatch):
+    """The pipeline job's driver holds a batch of every layer: 4g, where the layer jobs take
+    spark.driver_memory (2g), both as `lakehouse run pipeline` and as the shipped spec's task."""
+    conf = load_config("local")
+    assert (conf.pipeline.driver_memory, conf.spark.driver_memory) == ("4g", "2g")
+    spec = load_job_spec(Path("conf/jobs/orders_pipeline.yaml"))
+    memory = {
+        t.key: (cmd := runner.spark_submit_command(conf, t, []))[cmd.index("--driver-memory") + 1]
+        for t in spec.tasks
+    }
+    assert memory == {"setup": "2g", "pipeline": "4g", "publish": "2g"}
+    built = {}
+    monkeypatch.setattr(layer_job, "check_reachable", lambda conf: None)
+    monkeypatch.setattr(layer_job, "stop_with_runner", lambda: None)
+    monkeypatch.setattr(
+        layer_job,
+        "build_spark",
+        lambda conf, **_: built.setdefault("memory", conf.spark.driver_memory),
+    )
+    monkeypatch.setattr(layer_job, "serve_metrics", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(layer_job, "lineage_run", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(pipeline_job, "run_pipeline", lambda *a, **k: None)
+    assert pipeline_job.main(["--env", "local", "--once"]) == 0
+    assert built == {"memory": "4g"}
 
 
 def _spec_of(folder: Path, task: str) -> Path:
