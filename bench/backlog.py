@@ -24,21 +24,38 @@ RESULTS = Path(__file__).parent / "results"  # raw figures; not in git, made her
 RESULTS.mkdir(exist_ok=True)
 
 
-def generate_chunk(k: int) -> list:
+CHUNK_SPAN = timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)  # event time of a chunk
+
+
+def generate_chunk(k: int, t0: datetime = T0) -> list:
     """Chunk k of the stream: every twist at its realistic rate, ids unique to the chunk."""
-    start = T0 + k * timedelta(seconds=CHUNK_ORDERS * 2.2 / EVENTS_PER_SECOND)
     options = with_every_twist(
-        orders=CHUNK_ORDERS, seed=1000 + k, start_time=start, events_per_second=EVENTS_PER_SECOND
+        orders=CHUNK_ORDERS,
+        seed=1000 + k,
+        start_time=t0 + k * CHUNK_SPAN,
+        events_per_second=EVENTS_PER_SECOND,
     )
     return generate_orders_stream(options).records
 
 
-def generate(records: int, first_chunk: int = 0) -> list:
-    """At least `records` records, generated on every core."""
-    chunks = max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
+def chunks_for(records: int) -> int:
+    """How many chunks hold at least `records` records."""
+    return max(1, -(-records // int(CHUNK_ORDERS * 2.4)))
+
+
+def generated(records: int, first_chunk: int = 0, t0: datetime = T0) -> Iterator[list]:
+    """Chunks holding at least `records` records, in order, generated on every core: a backlog
+    too large to hold in memory is sent a chunk at a time."""
+    ks, window = range(first_chunk, first_chunk + chunks_for(records)), 2 * (os.cpu_count() or 1)
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(os.cpu_count(), mp_context=spawn) as pool:
-        return list(chain(*pool.map(generate_chunk, range(first_chunk, first_chunk + chunks))))
+        for i in range(0, len(ks), window):  # a few chunks ahead of the one sent, not all
+            yield from pool.map(generate_chunk, ks[i : i + window], [t0] * window)
+
+
+def generate(records: int, first_chunk: int = 0, t0: datetime = T0) -> list:
+    """At least `records` records, generated on every core."""
+    return list(chain(*generated(records, first_chunk, t0)))
 
 
 def fresh(conf: LakehouseConf, name: str) -> LakehouseConf:

@@ -6,11 +6,14 @@ Usage:
 1. Drain: a backlog of `--preload` records (the reference stream, every twist) goes through
    `lakehouse run pipeline --once` in its own process: records/s from Kafka to gold, JVM start
    included. It leaves silver/orders holding about `--preload / 2.8` orders: the default leaves
-   the 1M or more that the freshness targets are measured on.
+   the 1M or more that the freshness targets are measured on, and `silver/order_events` about
+   `--preload / 1.07` events.
 2. Steady: `lakehouse run pipeline` (continuous, the configuration's trigger) runs in its own
    process while a paced producer sends `--rate` records/s, first for `--warmup-minutes` (not
    measured: the JVM compiles its hot code for minutes, the batches settle to the rate), then for
-   `--minutes` (measured); then it is stopped with SIGTERM once it has caught up.
+   `--minutes` (measured); then it is stopped with SIGTERM once it has caught up. Its events follow
+   the backlog's in event time, on the date most of the backlog has: silver's dedupe reads that
+   date's partition as a real stream's would, not a partition of its own.
 3. Freshness of every on-time `created` and `paid` event, from the Kafka timestamp of its first
    delivery to the commit of the gold table whose window row counts it, exactly through the
    tables' logs: the bronze file holding the record -> the pipeline batch that committed that
@@ -18,7 +21,9 @@ Usage:
    overall and per minute of sending; and the lag (records Kafka holds that bronze has not
    committed, every 5 s), its largest and last value per minute: flat while the job keeps pace.
 4. CPU: the job's processes' CPU time (Python driver and JVM; not the broker nor the producer)
-   over the measured part of the steady run, in core-seconds per million records.
+   over the measured part of the steady run, in core-seconds per million records; and the batches
+   of that part per query (count, duration, rows, from the progress table) and the bytes they
+   added to the tables (their Delta logs) per pipeline batch.
 5. The floor chain in the same run (`bench.freshness_floor`, variant `append+merge`: one append
    and one MERGE per batch, no lakehouse logic) at the same rate with the job's trigger, for
    `--floor-seconds`: its freshness p50 and CPU, and the job's ratios to them.
@@ -37,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,7 +50,17 @@ from deltalake import DeltaTable as DeltaLake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bench.backlog import RESULTS, cpu_seconds, fresh, generate, record
+from bench.backlog import (
+    CHUNK_SPAN,
+    RESULTS,
+    T0,
+    chunks_for,
+    cpu_seconds,
+    fresh,
+    generate,
+    generated,
+    record,
+)
 from pipelines.config import LakehouseConf, load_config
 from pipelines.kafka import topic_watermarks
 from pipelines.layers.bronze import bronze_tables
@@ -81,6 +96,7 @@ def delta_commits(files: Files, table: str) -> Iterator[dict]:
             "ms": info["timestamp"],
             "batch": record.get("batch") if isinstance(record, dict) else None,
             "files": [a["add"]["path"].rsplit("/", 1)[-1] for a in actions if "add" in a],
+            "bytes": sum(a["add"]["size"] for a in actions if "add" in a),
             "txn": [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a],
         }
 
@@ -164,7 +180,66 @@ def bronze_offsets(conf: LakehouseConf) -> int:
     return sum(pa.table(files).column("num_records").to_pylist())
 
 
-def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
+def batch_figures(spark, conf: LakehouseConf, started_ms: int, ended_ms: int) -> dict:
+    """Per query of the job, its batches with records that started in [started_ms, ended_ms]
+    (the progress table): how many, their duration (mean, p50, max) and records; and the bytes
+    the job's commits in that time added to every table of the root, per pipeline batch."""
+    progress = spark.read.format("delta").load(conf.table_path(conf.progress_table.table))
+    ms = F.unix_millis("event_time")
+    queries = {
+        name: {
+            "batches": n,
+            "mean_s": mean / 1000,
+            "p50_s": p50 / 1000,
+            "max_s": top / 1000,
+            "records": rows,
+        }
+        for name, n, mean, p50, top, rows in progress.where(
+            (ms >= started_ms) & (ms <= ended_ms) & (F.col("input_rows") > 0)
+        )
+        .groupBy("query_name")
+        .agg(
+            F.count("*"),
+            F.mean("batch_duration_ms"),
+            F.percentile("batch_duration_ms", 0.5),
+            F.max("batch_duration_ms"),
+            F.mean("input_rows"),
+        )
+        .collect()
+    }
+    root, written = Path(conf.storage.root), {}
+    for log in root.rglob("_delta_log"):  # a local root
+        table = str(log.parent.relative_to(root))
+        written[table] = sum(
+            c["bytes"]
+            for c in delta_commits(Files(spark), str(log.parent))
+            if started_ms <= c["ms"] <= ended_ms
+        )
+    batches = queries.get("pipeline_orders", {}).get("batches") or 1
+    return {
+        "queries": queries,
+        "bytes": written,
+        "bytes_per_batch": sum(written.values()) / batches,
+    }
+
+
+def batches_line(figures: dict) -> str:
+    """The measured part's batches, per query, and the bytes written per pipeline batch."""
+    queries = "; ".join(
+        f"{name} {q['batches']:,} of mean **{q['mean_s']:.2f} s** (p50 {q['p50_s']:.2f}, max "
+        f"{q['max_s']:.2f}), {q['records']:,.0f} rows"
+        for name, q in sorted(figures["queries"].items())
+    )
+    top = sorted(figures["bytes"].items(), key=lambda kv: -kv[1])[:4]
+    return (
+        f"batches with rows while measured: {queries}; bytes added per pipeline batch **"
+        f"{figures['bytes_per_batch'] / 1e6:.2f} MB** (all of them, the most: "
+        + ", ".join(f"{t} {b / 1e6:,.0f} MB" for t, b in top)
+        + ")"
+    )
+
+
+def analyse(spark, conf: LakehouseConf, started_ms: int, since_ms: int) -> dict:
     stream = conf.stream("orders")
     raw, gold = bronze_tables(conf, stream).raw, gold_tables(conf)
     batch_of_file = spark.createDataFrame(
@@ -177,7 +252,8 @@ def analyse(spark, conf: LakehouseConf, started_ms: int) -> dict:
         "file string, batch bigint",
     )
     commits = gold_commits(spark, gold)
-    rows = spark.read.format("delta").load(raw)
+    # the records sent from `since_ms` on (the steady part: its events' first deliveries too)
+    rows = spark.read.format("delta").load(raw).where(F.unix_millis("kafka_timestamp") >= since_ms)
     batches = (
         rows.select("partition", "offset", F.col("_metadata.file_name").alias("file"))
         .join(batch_of_file, "file")
@@ -232,6 +308,7 @@ def main() -> None:
     parser.add_argument("--warmup-minutes", type=float, default=10.0, help=warm)
     parser.add_argument("--floor-seconds", type=float, default=120.0, help="0: no floor run")
     parser.add_argument("--env", default="local")
+    parser.add_argument("--section", help="of bench/RESULTS.md (default: by the rate)")
     args = parser.parse_args()
 
     conf = load_config(args.env).updated({"spark.driver_memory": "3g"})
@@ -241,20 +318,29 @@ def main() -> None:
     spark = build_spark(conf, app_name="bench-pipeline-job")
     seed_dimensions(spark, conf)
 
-    print(f"generating {args.preload:,} records ...", flush=True)
-    backlog = generate(args.preload)[: args.preload]
-    topic = conf.stream("orders").topic
-    produce_plan(conf, StreamPlan(with_every_twist(), backlog), topic, track=False)
-    del backlog
+    total, warmup = int(args.rate * args.minutes * 60), int(args.rate * args.warmup_minutes * 60)
+    # the steady part's events follow the preload's in event time, on the date most of them have:
+    # silver's dedupe reads the part of the events table its keys can be in, not a fresh partition
+    preload_chunks = chunks_for(args.preload)
+    t0 = T0 + timedelta(days=1) - (preload_chunks + chunks_for(warmup + total)) * CHUNK_SPAN
+    print(f"generating and sending {args.preload:,} records ...", flush=True)
+    topic, left = conf.stream("orders").topic, args.preload
+    for chunk in generated(args.preload, t0=t0):
+        plan = StreamPlan(with_every_twist(), chunk[:left])
+        produce_plan(conf, plan, topic, track=False)
+        left -= len(plan.records)
     started = time.monotonic()
     subprocess.run([lakehouse, "run", "pipeline", "--once"], env=env, cwd=REPO, check=True)
     drain_s = time.monotonic() - started
     orders = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).state)
+    events = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).events)
     drained = {"records": args.preload, "seconds": drain_s, "orders": orders.count()}
+    drained["events"] = events.count()
     drain_line = (
         f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
         f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
-        f"included); silver/orders then holds {drained['orders']:,} orders"
+        f"included); silver/orders then holds {drained['orders']:,} orders, silver/order_events "
+        f"{drained['events']:,} events"
     )
     print(drain_line, flush=True)
     if not args.minutes:  # the drain alone
@@ -263,8 +349,8 @@ def main() -> None:
         print(f"results: {record('Pipeline job drain', command, figures)}")
         spark.stop()
         return
-    total, warmup = int(args.rate * args.minutes * 60), int(args.rate * args.warmup_minutes * 60)
-    steady = generate(warmup + total, first_chunk=100)[: warmup + total]
+    steady = generate(warmup + total, first_chunk=preload_chunks, t0=t0)[: warmup + total]
+    since_ms = int(time.time() * 1000)
     job = subprocess.Popen([lakehouse, "run", "pipeline"], env=env, cwd=REPO)
     time.sleep(20)  # the JVM starts and the first (empty) batch runs
     if warmup:  # at the rate, not measured
@@ -281,11 +367,14 @@ def main() -> None:
     while bronze_offsets(conf) < target:
         time.sleep(1)
     time.sleep(15)  # the batch bronze committed last goes on to silver and gold
-    cpu = cpu_seconds(job.pid) - cpu_before
+    cpu, ended_ms = cpu_seconds(job.pid) - cpu_before, int(time.time() * 1000)
     job.send_signal(signal.SIGTERM)
     job.wait(timeout=300)
 
-    result = analyse(spark, conf, started_ms) | {"lag_per_minute": lag.per_minute(started_ms)}
+    result = analyse(spark, conf, started_ms, since_ms) | {
+        "lag_per_minute": lag.per_minute(started_ms),
+        "batches": batch_figures(spark, conf, started_ms, ended_ms),
+    }
     f = result["freshness_s"]
     per_m = result["per_minute"]
     core_s_per_m = cpu / (total / 1e6)
@@ -306,6 +395,7 @@ def main() -> None:
         ),
         f"CPU of the job's processes: {cpu:,.0f} core-s = **{core_s_per_m:,.1f} "
         "core-s per million records**",
+        batches_line(result["batches"]),
     ]
     if floor is not None:
         figures += [
@@ -327,8 +417,10 @@ def main() -> None:
         f"python -m bench.pipeline_job --preload {args.preload} --rate {args.rate:g} "
         f"--minutes {args.minutes:g} --warmup-minutes {args.warmup_minutes:g} "
         f"--floor-seconds {args.floor_seconds:g}"
+        + (f' --section "{args.section}"' if args.section else "")
     )
-    print(f"results: {out} and {record(f'Pipeline job at {args.rate:,.0f}/s', command, figures)}")
+    section = args.section or f"Pipeline job at {args.rate:,.0f}/s"
+    print(f"results: {out} and {record(section, command, figures)}")
     spark.stop()
 
 
