@@ -207,12 +207,12 @@ def batch_figures(spark, conf: LakehouseConf, started_ms: int, ended_ms: int) ->
         )
         .collect()
     }
-    root, written = Path(conf.storage.root), {}
+    root, files, written = Path(conf.storage.root), Files(spark), {}
     for log in root.rglob("_delta_log"):  # a local root
         table = str(log.parent.relative_to(root))
         written[table] = sum(
             c["bytes"]
-            for c in delta_commits(Files(spark), str(log.parent))
+            for c in delta_commits(files, str(log.parent))
             if started_ms <= c["ms"] <= ended_ms
         )
     batches = queries.get("pipeline_orders", {}).get("batches") or 1
@@ -332,10 +332,10 @@ def main() -> None:
     started = time.monotonic()
     subprocess.run([lakehouse, "run", "pipeline", "--once"], env=env, cwd=REPO, check=True)
     drain_s = time.monotonic() - started
-    orders = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).state)
-    events = spark.read.format("delta").load(silver_tables(conf, conf.stream("orders")).events)
-    drained = {"records": args.preload, "seconds": drain_s, "orders": orders.count()}
-    drained["events"] = events.count()
+    silver = silver_tables(conf, conf.stream("orders"))
+    drained = {"records": args.preload, "seconds": drain_s}
+    for what, path in (("orders", silver.state), ("events", silver.events)):
+        drained[what] = spark.read.format("delta").load(path).count()
     drain_line = (
         f"drain of {args.preload:,} records (every twist) by `lakehouse run pipeline --once`: "
         f"{drain_s:.1f} s = {args.preload / drain_s:,.0f} records/s Kafka to gold (JVM start "
