@@ -34,7 +34,10 @@ from pipelines.reference.orders_stream import StreamPlan, with_every_twist
 from pipelines.reference.producer import produce_plan
 
 REPO = Path(__file__).resolve().parent.parent
-STEP = re.compile(r"lakehouse\.batch: batch \d+: ([\d.]+) s \((.*)\)")
+# the progress lines every batch logs (`pipelines/streaming/console.py`), once each: the ones the
+# `RUN` handler writes, without a time
+BATCH = re.compile(r"^lakehouse\.progress: \[(\w+)\] batch \d+: ")
+STEP = re.compile(r"^lakehouse\.progress: \[[\w ]+\]\s+where the time went: (.*)$")
 # run as a user does, with the per-batch step timings logged (they go to the job's log)
 RUN = (
     "import logging, sys; logging.basicConfig(level=logging.WARNING, format='%(name)s: %(message)s');"
@@ -63,12 +66,11 @@ def steps(log: Path) -> tuple[int, dict[str, float]]:
     total: dict[str, float] = collections.defaultdict(float)
     batches = 0
     for line in log.read_text(errors="replace").splitlines():
-        m = STEP.search(line)
-        if m:
-            batches += 1
-            for part in m[2].split(", "):
-                name, seconds = part.rsplit(" ", 1)
-                total[name] += float(seconds)
+        batches += bool(BATCH.match(line))  # the layer's query; its state query's steps count
+        m = STEP.match(line)
+        for part in m[1].split(", ") if m else ():
+            name, seconds = part.rsplit(" ", 1)
+            total[name] += float(seconds.removesuffix("s"))
     return batches, dict(total)
 
 

@@ -281,7 +281,8 @@ class BronzeConf(_Section):
     """Bronze ingest: trigger, rate limit, and what to do when Kafka lost offsets to retention."""
 
     trigger_interval: Duration = "10 seconds"
-    max_offsets_per_trigger: Count | None = None  # records per micro-batch; None: all there are
+    # offsets per micro-batch (and up to one more per partition); None: all there are
+    max_offsets_per_trigger: Count | None = None
     source_options: dict[str, str] = {}  # Spark Kafka source options, e.g. minPartitions
     on_data_loss: Literal["fail", "record"] = "fail"
 
@@ -291,6 +292,10 @@ class SilverConf(_Section):
 
     trigger_interval: Duration = "10 seconds"
     max_files_per_trigger: Count | None = 50
+    # and bronze files up to about this size (one file at least): a batch's parse is cached in
+    # the driver, and a backlog taken whole spills it to disk (bench/RESULTS.md, "Figures behind
+    # code choices")
+    max_bytes_per_trigger: Size | None = "64m"
     # an event_time more than this ahead of its record's Kafka timestamp is invalid (quarantined):
     # one producer with a broken clock must not make every later event late in gold
     max_clock_skew_minutes: Annotated[int, Field(ge=0)] = 5
@@ -319,6 +324,7 @@ class GoldConf(_Section):
     trigger_interval: Duration = "10 seconds"
     allowed_lateness_minutes: Annotated[int, Field(ge=0)] = 10
     max_files_per_trigger: Count | None = 50
+    max_bytes_per_trigger: Size | None = None  # and silver files up to about this size
     seed_dir: str = "conf/seeds"
     check_quality_per_batch: bool = False  # run the gold suites on each batch before its MERGE
 

@@ -40,7 +40,7 @@ from pipelines.streaming.query import run_query
 from pipelines.streaming.sink import IdempotentSink
 from pipelines.streaming.spark import local_frame
 from pipelines.streaming.storage import Files
-from pipelines.streaming.tables import Table, declared, ensure_table
+from pipelines.streaming.tables import Table, declared, ensure_tables
 
 log = logging.getLogger("lakehouse.bronze")
 # Spark's Kafka source polls 500 records at a time by default; a backlog drains faster in polls of
@@ -88,8 +88,7 @@ def bronze_tables(conf: LakehouseConf, stream: StreamConf) -> BronzeTables:
 
 def ensure_bronze_tables(spark: SparkSession, conf: LakehouseConf, stream: StreamConf) -> None:
     """Create (or bring to their declarations) the raw and gaps tables."""
-    for table in declarations(stream):
-        ensure_table(spark, conf.table_path(table.name), table)
+    ensure_tables(spark, {conf.table_path(t.name): t for t in declarations(stream)})
 
 
 def table_max_offsets(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
@@ -260,7 +259,9 @@ def start_bronze(
         "kafka.isolation.level": stream.isolation_level,
     }
     if max_offsets:
-        options["maxOffsetsPerTrigger"] = str(max_offsets)
+        # Spark floors each partition's share of the cap: one offset more per partition, so a
+        # backlog of k x max_offsets drains in k batches, not k and one of a few records
+        options["maxOffsetsPerTrigger"] = str(max_offsets + len(watermarks))
     options |= conf.bronze.source_options
     log.info("bronze source options: %s", redacted(options))
     interval = trigger_interval or conf.bronze.trigger_interval

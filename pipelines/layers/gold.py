@@ -41,6 +41,7 @@ from pipelines.streaming.tables import (
     declared,
     declared_dimension,
     ensure_table,
+    ensure_tables,
     require_tables,
 )
 
@@ -136,9 +137,8 @@ def seed_dimensions(spark: SparkSession, conf: LakehouseConf, stream: str = "ord
 def ensure_gold_tables(spark: SparkSession, conf: LakehouseConf, tables: GoldTables) -> None:
     """Create (or bring to their declarations) the tables gold writes; dimensions are seeded."""
     dimensions = set(conf.stream(tables.stream).dimensions.values())
-    for name, table in tables.declarations.items():
-        if name not in dimensions:
-            ensure_table(spark, conf.table_path(table.name), table)
+    written = {n: t for n, t in tables.declarations.items() if n not in dimensions}
+    ensure_tables(spark, {conf.table_path(t.name): t for t in written.values()})
 
 
 def require_dimensions(spark: SparkSession, tables: GoldTables) -> None:

@@ -32,7 +32,7 @@ from pipelines.streaming.tables import (
     Table,
     constraints,
     declared,
-    ensure_table,
+    ensure_tables,
     require_tables,
 )
 from silver.events import (
@@ -89,8 +89,7 @@ def declarations(tables: SilverTables) -> list[Table]:
 
 def ensure_silver_tables(spark: SparkSession, conf: LakehouseConf, tables: SilverTables) -> None:
     """Create (or bring to their declarations) the events, state and quarantine tables."""
-    for table in declarations(tables):
-        ensure_table(spark, conf.table_path(table.name), table)
+    ensure_tables(spark, {conf.table_path(t.name): t for t in declarations(tables)})
 
 
 @dataclass(frozen=True)
@@ -240,7 +239,11 @@ def start_state(
         sink,
         name=f"silver_{tables.names[1].split('/')[-1]}_state",
         checkpoint=tables.checkpoint,
-        layer=SilverConf(trigger_interval=trigger_interval, max_files_per_trigger=None),
+        layer=SilverConf(
+            trigger_interval=trigger_interval,
+            max_files_per_trigger=None,
+            max_bytes_per_trigger=None,
+        ),
         once=once,
         written=[tables.state],
     )

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from delta import exceptions
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from pipelines.config import GoldConf, SilverConf
@@ -192,15 +191,7 @@ def recover_checkpoint(
     files = Files(spark)
     if checkpoints.query_id(files, checkpoint) is not None:
         return
-    records = []
-    for path in written:
-        if DeltaTable.isDeltaTable(spark, path):
-            for row in DeltaTable.forPath(spark, path).history(100).collect():
-                record = json.loads(row["userMetadata"] or "{}")
-                if not {"query", "batch", "offsets"} <= record.keys():
-                    continue
-                if any(reads(o) for o in checkpoints.source_offsets(record["offsets"])):
-                    records.append((row["timestamp"], record["batch"], record))
+    records = [r for path in written if (r := _newest_record(spark, path, reads)) is not None]
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
         checkpoints.rebuild(files, checkpoint, record)
@@ -212,6 +203,28 @@ def recover_checkpoint(
             batch,
             record["query"],
         )
+
+
+def _newest_record(
+    spark: SparkSession, path: str, reads: Callable[[dict], bool], commits: int = 100
+) -> tuple[int, int, dict] | None:
+    """(commit time in ms, batch, record) of the newest of a table's last `commits` commits
+    whose batch record read the source `reads` names; None if none did (or no table). Read from
+    the commit files newest first, without a Spark job: a new table is one small file."""
+    found = snapshot(spark, path)
+    log_path = found.deltaLog().logPath().toString()
+    files = Files(spark)
+    for version in range(found.version(), max(found.version() - commits, -1), -1):
+        commit = files.read_text(f"{log_path}/{version:020d}.json")
+        if commit is None:  # cleaned up: what is older is gone too
+            return None
+        info = commit_info(commit)
+        record = json.loads(info.get("userMetadata") or "{}")
+        if not isinstance(record, dict) or not {"query", "batch", "offsets"} <= record.keys():
+            continue
+        if any(reads(o) for o in checkpoints.source_offsets(record["offsets"])):
+            return commit_time_ms(commit) or 0, record["batch"], record
+    return None
 
 
 def reads_table(spark: SparkSession, path: str) -> Callable[[dict], bool]:
@@ -238,6 +251,8 @@ def start_delta_to_batches(
     reader = spark.readStream.format("delta")
     if layer.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", layer.max_files_per_trigger)
+    if layer.max_bytes_per_trigger:
+        reader = reader.option("maxBytesPerTrigger", layer.max_bytes_per_trigger)
     trigger = {"availableNow": True} if once else {"processingTime": layer.trigger_interval}
     return (
         reader.load(source)
