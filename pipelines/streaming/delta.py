@@ -191,7 +191,8 @@ def recover_checkpoint(
     files = Files(spark)
     if checkpoints.query_id(files, checkpoint) is not None:
         return
-    records = [r for path in written if (r := _newest_record(spark, path, reads)) is not None]
+    found = (_newest_record(spark, files, path, reads) for path in written)
+    records = [r for r in found if r is not None]
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
         checkpoints.rebuild(files, checkpoint, record)
@@ -206,14 +207,13 @@ def recover_checkpoint(
 
 
 def _newest_record(
-    spark: SparkSession, path: str, reads: Callable[[dict], bool], commits: int = 100
+    spark: SparkSession, files: Files, path: str, reads: Callable[[dict], bool], commits: int = 100
 ) -> tuple[int, int, dict] | None:
     """(commit time in ms, batch, record) of the newest of a table's last `commits` commits
     whose batch record read the source `reads` names; None if none did (or no table). Read from
     the commit files newest first, without a Spark job: a new table is one small file."""
     found = snapshot(spark, path)
     log_path = found.deltaLog().logPath().toString()
-    files = Files(spark)
     for version in range(found.version(), max(found.version() - commits, -1), -1):
         commit = files.read_text(f"{log_path}/{version:020d}.json")
         if commit is None:  # cleaned up: what is older is gone too

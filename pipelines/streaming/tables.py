@@ -166,11 +166,7 @@ def ensure_table(spark: SparkSession, path: str, table: Table) -> str:
 def ensure_tables(spark: SparkSession, tables: Mapping[str, Table]) -> None:
     """`ensure_table` for each path -> declaration, side by side: a creation waits on its
     commit and the log's files more than it computes (a job's first start: ~1 s a table)."""
-    if len(tables) < 2:
-        for path, table in tables.items():
-            ensure_table(spark, path, table)
-        return
-    with ThreadPoolExecutor(min(len(tables), 4)) as pool:
+    with ThreadPoolExecutor(min(len(tables), 4) or 1) as pool:
         for _ in pool.map(lambda item: ensure_table(spark, *item), tables.items()):
             pass  # the first failure is raised here, once every creation has ended
 
