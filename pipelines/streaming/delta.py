@@ -191,7 +191,7 @@ def recover_checkpoint(
     files = Files(spark)
     if checkpoints.query_id(files, checkpoint) is not None:
         return
-    found = (_newest_record(spark, files, path, reads) for path in written)
+    found = (_newest_record(spark, path, reads) for path in written)
     records = [r for r in found if r is not None]
     if records:
         _, batch, record = max(records, key=lambda r: r[:2])
@@ -207,16 +207,15 @@ def recover_checkpoint(
 
 
 def _newest_record(
-    spark: SparkSession, files: Files, path: str, reads: Callable[[dict], bool], commits: int = 100
+    spark: SparkSession, path: str, reads: Callable[[dict], bool], commits: int = 100
 ) -> tuple[int, int, dict] | None:
     """(commit time in ms, batch, record) of the newest of a table's last `commits` commits
     whose batch record read the source `reads` names; None if none did (or no table). Read from
     the commit files newest first, without a Spark job: a new table is one small file."""
     found = snapshot(spark, path)
-    log_path = found.deltaLog().logPath().toString()
     for version in range(found.version(), max(found.version() - commits, -1), -1):
-        commit = files.read_text(f"{log_path}/{version:020d}.json")
-        if commit is None:  # cleaned up: what is older is gone too
+        commit = commit_text(spark, found, version)
+        if not commit:  # cleaned up: what is older is gone too
             return None
         info = commit_info(commit)
         record = json.loads(info.get("userMetadata") or "{}")
