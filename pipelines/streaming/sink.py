@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -36,6 +37,24 @@ STOPPING = threading.Event()
 # A replay looks for its commits (back to the newest one of its query) no further back than its
 # batch's planning time less this: room for a clock set back, or another writer's clock behind.
 CLOCK_MARGIN_MS = 60 * 60 * 1000
+
+
+DESCRIPTION = "spark.job.description"  # of a thread's Spark jobs: Spark's UI shows it
+
+
+@contextmanager
+def described(spark: SparkSession | None, what: str | None) -> Iterator[None]:
+    """The Spark jobs this thread starts meanwhile described as its jobs' are, then `what`."""
+    if spark is None or what is None:
+        yield
+        return
+    sc = spark.sparkContext
+    before = sc.getLocalProperty(DESCRIPTION)
+    sc.setLocalProperty(DESCRIPTION, f"{before}\n{what}" if before else what)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(DESCRIPTION, before)  # type: ignore[arg-type]  # None unsets it
 
 
 class StopRequested(RuntimeError):
@@ -107,10 +126,12 @@ class IdempotentSink:
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
-        """Time a step of the batch (added to `steps[name]`)."""
+        """Time a step of the batch (added to `steps[name]`); its Spark jobs carry its name
+        after the batch's in their description (Spark's UI, the History Server)."""
         started = time.perf_counter()
         try:
-            yield
+            with described(self.context.spark, name):
+                yield
         finally:
             self.steps[name] = self.steps.get(name, 0.0) + time.perf_counter() - started
 
@@ -211,8 +232,15 @@ class IdempotentSink:
             for write in writes:
                 write()
             return
+        spark = self.context.spark
+        batch = None if spark is None else spark.sparkContext.getLocalProperty(DESCRIPTION)
+
+        def run(write: Callable[[], object]) -> object:
+            with described(spark, batch):  # the batch's jobs on any thread name it
+                return write()
+
         with ThreadPoolExecutor(len(writes), thread_name_prefix="batch-write") as pool:
-            futures = [pool.submit(logs.in_this_context(w)) for w in writes]
+            futures = [pool.submit(logs.in_this_context(partial(run, w))) for w in writes]
         failures = [e for f in futures if (e := f.exception()) is not None]
         if failures:
             raise failures[0]

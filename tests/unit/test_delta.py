@@ -256,3 +256,37 @@ def test_writes_side_by_side_each_commit_once_per_batch_and_a_failure_is_raised_
         assert sorted(json.loads(h["userMetadata"])["batch"] for h in history[:-1]) == [0, 1]
     assert spark.read.format("delta").load(paths["c"]).count() == 6
     assert spark.conf.get(TXN_APP_ID, None) is None
+
+
+def test_a_batchs_spark_jobs_are_described_by_its_batch_and_step_on_every_thread(spark, tmp_path):
+    """Spark's UI and History Server list each Spark job of a batch under the batch's description
+    (the query's) and the step that ran it, writes side by side on threads of their own too."""
+    from pipelines.streaming.sink import DESCRIPTION, IdempotentSink
+
+    seen = {}
+
+    class Sink(IdempotentSink):
+        def write_batch(self, batch, batch_id):
+            local = batch.sparkSession.sparkContext.getLocalProperty
+
+            def look(name):
+                with self.step(name):
+                    seen[name] = local(DESCRIPTION)
+
+            look("parse")
+            self.in_parallel(lambda: look("a"), lambda: look("b"))
+            seen["after"] = local(DESCRIPTION)
+
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"q1"}\n')
+    sc = spark.sparkContext
+    sc.setJobDescription("orders\nbatch = 0")  # as a streaming query describes its batch
+    try:
+        Sink(str(checkpoint))(spark.range(1), 0)
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+    batch = "orders\nbatch = 0"
+    assert seen == {
+        "parse": f"{batch}\nparse", "a": f"{batch}\na", "b": f"{batch}\nb", "after": batch,
+    }  # fmt: skip
