@@ -9,7 +9,9 @@ topic into a new storage root with `lakehouse run pipeline --once`, capped at `-
 records per batch, so every run makes the same batches on tables of the same sizes. From the
 job's progress table: the duration of each batch of the Kafka-to-gold query; from /proc: the CPU
 of the job's processes between the end of its third batch and the end of its last (the first
-ones pay the JVM's start). A variant's Java options (`-XX:...`, `-Dspark.<setting>=<value>`) go
+ones pay the JVM's start). From its event log: the Spark
+jobs of each warm batch by the sink's step that started them (`IdempotentSink.step` names them),
+their count and seconds per batch. A variant's Java options (`-XX:...`, `-Dspark.<setting>=<value>`) go
 to the job's JVMs through JDK_JAVA_OPTIONS; the variants run alternately, `--runs` times each,
 so drift of the machine falls on every side alike. The steady bench starts its clock minutes
 after the JVM: this one shows a batch's cost from the third batch on, JIT warm-up included.
@@ -21,10 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,6 +54,52 @@ from pipelines.reference.producer import produce_plan
 from pipelines.session import build_spark
 
 WARM_FROM = 3  # batches before this one pay the JVM's start and first compilations
+BATCH = re.compile(r"batch = (\d+)")  # a line of Spark's description of a streaming batch's jobs
+
+
+def event_log(folder: str) -> Iterator[dict]:
+    """The events of every Spark application's rolling event log in `folder`."""
+    for path in sorted(Path(folder).glob("*/events_*")):
+        codec = "zstd" if path.suffix == ".zstd" else None
+        for line in pa.input_stream(str(path), compression=codec).read().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def jobs_by_step(folder: str, query: str, batches: set[int]) -> dict[str, dict[str, float]]:
+    """Per step, the Spark jobs of the query's `batches`: jobs and job-seconds per batch (jobs on
+    threads side by side overlap). A job's step is the last line of its description (Delta's
+    own suffix dropped); a job started outside any step is `(no step)`."""
+    started: dict[int, tuple[str, int]] = {}
+    totals: dict[str, list[float]] = {}
+    for event in event_log(folder):
+        kind = event.get("Event")
+        if kind == "SparkListenerJobStart":
+            lines = ((event.get("Properties") or {}).get("spark.job.description") or "").split("\n")
+            batch = next((m for line in lines if (m := BATCH.match(line))), None)
+            if (
+                lines[0].removeprefix("Delta: ") != query
+                or batch is None
+                or int(batch.group(1)) not in batches
+            ):
+                continue
+            step = "(no step)" if BATCH.match(lines[-1]) else re.split(r": | - ", lines[-1])[0]
+            started[event["Job ID"]] = (step, event["Submission Time"])
+        elif kind == "SparkListenerJobEnd" and event["Job ID"] in started:
+            step, at = started.pop(event["Job ID"])
+            total = totals.setdefault(step, [0, 0.0])
+            total[0] += 1
+            total[1] += (event["Completion Time"] - at) / 1000
+    n = max(len(batches), 1)
+    return {
+        step: {"jobs": round(jobs / n, 1), "job_s": round(seconds / n, 2)}
+        for step, (jobs, seconds) in sorted(totals.items(), key=lambda kv: -kv[1][1])
+    }
+
+
+def steps_line(steps: dict[str, dict[str, float]]) -> str:
+    """Jobs per batch by step, the costliest first."""
+    return ", ".join(f"{k} {v['jobs']:g} ({v['job_s']:.2f} s)" for k, v in steps.items())
 
 
 def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> dict:
@@ -80,7 +130,7 @@ def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> d
         raise SystemExit(f"the job failed ({job.returncode}): see {log}")
     progress = pa.table(
         DeltaLake(conf.table_path("system/query_progress")).to_pyarrow_table(
-            columns=["event_time", "query_name", "input_rows", "batch_duration_ms"]
+            columns=["event_time", "query_name", "batch_id", "input_rows", "batch_duration_ms"]
         )
     ).to_pylist()
     main = sorted(
@@ -88,13 +138,15 @@ def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> d
         key=lambda p: p["event_time"],
     )
     warm = main[WARM_FROM:]
-    ended = [p["event_time"].timestamp() for p in main]
+    # a progress row's time is its batch's start
+    ended = [p["event_time"].timestamp() + p["batch_duration_ms"] / 1000 for p in main]
 
     def cpu_at(t: float) -> float:
         return min(cpu, key=lambda c: abs(c[0] - t))[1]
 
     warm_cpu = cpu_at(ended[-1]) - cpu_at(ended[WARM_FROM - 1])
     rows = sum(p["input_rows"] for p in warm)
+    steps = jobs_by_step(conf.event_log_dir, main[0]["query_name"], {p["batch_id"] for p in warm})
     durations = [p["batch_duration_ms"] / 1000 for p in warm]
     return {
         "batches": len(main),
@@ -106,6 +158,8 @@ def run_once(spark, base, backlog: list, per_batch: int, java_options: str) -> d
         "job_cpu_s": cpu[-1][1],
         "durations_s": [round(d, 2) for d in durations],
         "thread_cpu_s": by_kind(threads.values()),
+        "jobs_per_batch": sum(v["jobs"] for v in steps.values()),
+        "steps": steps,
     }
 
 
@@ -162,7 +216,8 @@ def main() -> None:
                 f"run {i + 1} {name}: {result['warm_batches']} warm batches of "
                 f"{result['warm_rows'] / result['warm_batches']:,.0f} records, median "
                 f"{result['median_s']:.2f} s, {result['core_s_per_m']:.0f} core-s per million; "
-                f"whole run's CPU by thread {result['thread_cpu_s']}",
+                f"whole run's CPU by thread {result['thread_cpu_s']}; Spark jobs per batch "
+                f"{result['jobs_per_batch']:g}: {steps_line(result['steps'])}",
                 flush=True,
             )
     spark.stop()
@@ -179,7 +234,8 @@ def main() -> None:
             f"{name} (`{variants[name] or 'defaults'}`): batch median "
             f"**{statistics.median(medians):.2f} s** (runs {', '.join(f'{m:.2f}' for m in medians)}), "
             f"**{statistics.median(cores):.0f} core-s per million** "
-            f"(runs {', '.join(f'{c:.0f}' for c in cores)})"
+            f"(runs {', '.join(f'{c:.0f}' for c in cores)}); Spark jobs per batch by step "
+            f"(run 1): {steps_line(results[0]['steps'])}"
         )
     for line in figures:
         print(line)
