@@ -627,6 +627,38 @@ def task_attempts(log: Path) -> list[dict]:
     ]
 
 
+def batch_trends(samples: list[dict], warmup: float, window: float) -> list[str]:
+    """Per query, its batches' mean duration hour by hour after the warm-up, and the trend of
+    its `window`-minute cycles' medians (`cycle_trend`) and the plain least-squares slope, each
+    as a share of its mean per hour: what "flat over two hours" is read from."""
+    lines = []
+    for figure, points in sorted(series(samples).items()):
+        match = re.fullmatch(r"batches\.(.+)\.mean_s", figure)
+        after = [(x, y) for x, y in points if x >= warmup]
+        if match is None or len(after) < 3:
+            continue
+        mean = statistics.mean(y for _, y in after)
+        hours: dict[int, list[float]] = {}
+        for x, y in after:
+            hours.setdefault(int(x // 60), []).append(y)
+        spans = cycles(after, window)
+        trend = cycle_trend(spans) if len(spans) >= 3 else slope_per_hour(after)
+        lines.append(
+            f"batch duration of {match[1]} (mean of each minute's batches, s): "
+            + ", ".join(f"hour {h + 1} {statistics.mean(v):.2f}" for h, v in sorted(hours.items()))
+            + f"; per hour, its cycles' medians **{100 * trend / mean:+.1f} %** of its mean "
+            f"{mean:.2f} s, every minute {100 * slope_per_hour(after) / mean:+.1f} %"
+            + "".join(
+                f"; within hour {h + 1}, its cycles' medians **{100 * t / statistics.mean(v):+.1f} "
+                "%** of that hour's mean"
+                for h, v in sorted(hours.items())
+                if h > 0 and len(v) >= 50  # a whole later hour: the JIT warm, the tables larger
+                for t in [cycle_trend(cycles([(x, y) for x, y in after if x // 60 == h], window))]
+            )
+        )
+    return lines
+
+
 def summary(samples: list[dict], report: list[dict], args, runs: list[dict]) -> list[str]:
     last = next((s for s in reversed(samples) if not s.get("failed")), {})
     maintenance = [r["seconds"] for r in runs if r["task"] == "maintain"]
@@ -657,6 +689,7 @@ def summary(samples: list[dict], report: list[dict], args, runs: list[dict]) -> 
                 if k in figures and k in rows
             )
         )
+    lines += batch_trends(samples, args.warmup_minutes, args.maintain_every)
     plateau = [r for r in report if r["verdict"].startswith("flat from")]
     lines.append(
         f"flat (the medians of its {args.maintain_every}-minute cycles within 10% of its mean "
