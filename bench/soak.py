@@ -645,7 +645,11 @@ def batch_trends(samples: list[dict], warmup: float, window: float) -> list[str]
         trend = cycle_trend(spans) if len(spans) >= 3 else slope_per_hour(after)
         lines.append(
             f"batch duration of {match[1]} (mean of each minute's batches, s): "
-            + ", ".join(f"hour {h + 1} {statistics.mean(v):.2f}" for h, v in sorted(hours.items()))
+            + ", ".join(
+                f"hour {h + 1} {statistics.mean(v):.2f}"
+                for h, v in sorted(hours.items())
+                if len(v) >= 30  # not the run's last minute alone
+            )
             + f"; per hour, its cycles' medians **{100 * trend / mean:+.1f} %** of its mean "
             f"{mean:.2f} s, every minute {100 * slope_per_hour(after) / mean:+.1f} %"
             + "".join(
